@@ -1,0 +1,64 @@
+"""The ``clockalign`` command: one click subcommand per module, registered in _COMMANDS.
+
+    clockalign doctor
+    sudo clockalign record --pid 1234 -o run.ca
+    clockalign info run.ca
+"""
+import importlib
+import sys
+
+import click
+
+from ..errors import ClockalignError
+
+# module name under clockalign.cli -> each exposes ``command`` (a click.Command)
+_COMMANDS = ["doctor", "record", "info", "dump", "align", "faults", "export", "report", "demo"]
+
+
+class _Group(click.Group):
+    def list_commands(self, ctx):
+        return [c for c in _COMMANDS if _load(c) is not None]
+
+    def get_command(self, ctx, name):
+        return _load(name) if name in _COMMANDS else None
+
+
+def _load(name):
+    try:
+        mod = importlib.import_module(f"clockalign.cli.{name}")
+    except ModuleNotFoundError as e:
+        if e.name == f"clockalign.cli.{name}":
+            return None
+        raise
+    return mod.command
+
+
+@click.command(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="clockalign")
+def cli():
+    """clockalign: CUDA calls, context switches, connect(), GPU counters and faults on one
+    clock, each timestamp with its uncertainty."""
+
+
+def main(argv=None):
+    """Entry point: expected failures become one sentence on stderr and a non-zero exit."""
+    try:
+        cli.main(args=argv, prog_name="clockalign", standalone_mode=False)
+    except ClockalignError as e:
+        click.echo(f"clockalign: {e}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("clockalign: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

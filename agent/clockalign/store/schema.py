@@ -1,0 +1,120 @@
+"""Record schema shared by the BPF programs, the recorder and every reader.
+
+The BPF side emits one fixed-size C struct (bpf/clockalign.h, ``struct ca_event``) for
+every kind of event; EVENT_DTYPE is its numpy twin, so a batch from the ring buffer is
+decoded with one ``np.frombuffer`` call.  Kind, chunk-type and CUDA function numbers are
+part of the file format: a retired number is never reused.
+
+    ev = np.frombuffer(raw, dtype=EVENT_DTYPE)
+    cuda = ev[ev["kind"] == Kind.CUDA]
+"""
+import enum
+
+import numpy as np
+
+MAGIC = b"CLKALIGN"
+FORMAT_VERSION = 1
+
+
+class Kind(enum.IntEnum):
+    """``ca_event.kind``: what one BPF record describes (values mirror bpf/clockalign.h)."""
+
+    CUDA = 1            # a driver call that returned: ts=entry, dur, ret=CUresult, a0..a4 args
+    CUDA_UNFINISHED = 2  # a driver call still in flight when the recording stopped
+    CONNECT = 3         # connect(): ts=enter, dur, ret=0 or -errno, a0=fd, a1=addrlen, data=sockaddr
+    SCHED = 4           # one off-CPU interval: ts=switch-out, dur=off-CPU ns, ret=prev_state,
+                        # code=1 preempted / 0 blocked, a0=wakeup-to-run ns, a1=cpu out, a2=cpu in
+    XID = 5             # nvidia_dev_xid: ret=error_code, data=dev[16] + msg[40]
+    THREAD_NEW = 6      # clone by a target: tid=child, a0=parent tid, data=comm
+    THREAD_NAME = 7     # task_rename: data=new comm
+    THREAD_EXIT = 8     # a target thread exited: code=group_dead
+    PROC_EXIT = 9       # exit_group(): ret=exit code
+    SIGNAL = 10         # a signal sent to a target: ret=signal, a0=sender tgid, code=result
+
+
+KIND_NAMES = {k: k.name.lower() for k in Kind}
+
+# ca_event, 128 bytes, little endian, no implicit padding (see bpf/clockalign.h).
+EVENT_DTYPE = np.dtype([
+    ("ts", "<u8"),
+    ("dur", "<u8"),
+    ("pid", "<u4"),
+    ("tid", "<u4"),
+    ("kind", "<u2"),
+    ("code", "<u2"),
+    ("ret", "<i4"),
+    ("a0", "<u8"),
+    ("a1", "<u8"),
+    ("a2", "<u8"),
+    ("a3", "<u8"),
+    ("a4", "<u8"),
+    ("data", "V56"),
+])
+assert EVENT_DTYPE.itemsize == 128
+
+# CUDA driver functions traced: id -> (symbol, names of a0..a4).  The ids go into
+# bpf/ as -DCA_FN_<SYMBOL>=<id>; they are file format and never reused.
+CUDA_FUNCTIONS = {
+    1: ("cuLaunchKernel", ("func", "grid", "block", "shared_mem", "stream")),
+    2: ("cuLaunchKernelEx", ("func", "grid", "block", "shared_mem", "stream")),
+    3: ("cuMemAlloc_v2", ("dptr", "bytes", "", "", "")),
+    4: ("cuMemAllocAsync", ("dptr", "bytes", "stream", "", "")),
+    5: ("cuMemFree_v2", ("dptr", "", "", "", "")),
+    6: ("cuMemcpyHtoD_v2", ("dst", "src", "bytes", "", "")),
+    7: ("cuMemcpyDtoH_v2", ("dst", "src", "bytes", "", "")),
+    8: ("cuMemcpyAsync", ("dst", "src", "bytes", "stream", "")),
+    9: ("cuStreamSynchronize", ("stream", "", "", "", "")),
+    10: ("cuCtxSynchronize", ("", "", "", "", "")),
+    11: ("cuEventSynchronize", ("event", "", "", "", "")),
+    # Per-thread-default-stream twins, exported by the real libcuda and used by the runtime.
+    12: ("cuLaunchKernel_ptsz", ("func", "grid", "block", "shared_mem", "stream")),
+    13: ("cuLaunchKernelEx_ptsz", ("func", "grid", "block", "shared_mem", "stream")),
+    14: ("cuMemcpyHtoD_v2_ptds", ("dst", "src", "bytes", "", "")),
+    15: ("cuMemcpyDtoH_v2_ptds", ("dst", "src", "bytes", "", "")),
+    16: ("cuMemcpyAsync_ptsz", ("dst", "src", "bytes", "stream", "")),
+    17: ("cuStreamSynchronize_ptsz", ("stream", "", "", "", "")),
+    18: ("cuMemAllocAsync_ptsz", ("dptr", "bytes", "stream", "", "")),
+}
+CUDA_FN_BY_NAME = {name: fid for fid, (name, _) in CUDA_FUNCTIONS.items()}
+
+# Launch dims are packed into one u64 as x | y << 32 | z << 48 (CUDA limits: x < 2^31,
+# y and z < 2^16), the same packing bpf/clockalign.h uses.
+def unpack_dims(packed):
+    """Split packed grid/block dims into (x, y, z) uint64 arrays."""
+    packed = np.asarray(packed, dtype=np.uint64)
+    return (packed & np.uint64(0xFFFFFFFF), (packed >> np.uint64(32)) & np.uint64(0xFFFF),
+            packed >> np.uint64(48))
+
+
+class Chunk(enum.IntEnum):
+    """Chunk record types in a run file; never reuse a number."""
+
+    EVENTS = 1        # columns of EVENT_DTYPE
+    CPU_CLOCK = 2     # columns: domain(u1: ClockDomain), t0, remote, t1 (int64 ns)
+    GPU_CLOCK = 3     # columns: gpu(u1), method(u1: 1 ping-pong, 2 launch+sync), t0, remote, t1
+    COUNTERS = 4      # columns: see capture/counters (REALTIME-stamped GPU samples)
+    NOTICES = 5       # rows: {"t_ns", "level", "text"}
+    THREADS = 6       # rows: {"pid", "tid", "comm", "t_ns"} read from /proc
+    STATUS = 7        # rows: periodic {"t_ns", "events", "drops": {kind: n}}
+    GPU_EVENTS = 8    # rows: NVML/DCGM Xid and other events stamped on receipt
+    CLOCK_INFO = 9    # rows: {"domain": "GPU0", "tick_ns": 32, "method": ..., ...} per clock domain
+    TRAILER = 100     # rows: one {"t_ns", "counts", "drops", "chunks", "reason"}
+
+
+class ClockDomain(enum.IntEnum):
+    """CPU clocks sampled against MONOTONIC (CPU_CLOCK chunks)."""
+
+    REALTIME = 1
+    BOOTTIME = 2
+    MONOTONIC_RAW = 3
+
+
+# Linux TASK_* bits of sched_switch prev_state, for readable output.
+TASK_STATES = {0: "R", 1: "S", 2: "D", 4: "T", 8: "t", 16: "X", 32: "Z", 64: "P", 128: "I"}
+
+
+def task_state_name(prev_state: int) -> str:
+    if prev_state == 0:
+        return "R"
+    letters = "".join(v for bit, v in TASK_STATES.items() if bit and prev_state & bit)
+    return letters or str(prev_state)
