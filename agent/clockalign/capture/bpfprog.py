@@ -1,0 +1,187 @@
+"""Build, load and attach the BPF program (bpf/probes.c) with BCC.
+
+Parameters go in as -D cflags, decided from what this kernel's tracefs says (field layouts
+change between kernels: sched_process_fork's comm became __data_loc in 6.x).
+
+    opts = ProbeOptions(cuda_lib="/usr/lib/x86_64-linux-gnu/libcuda.so.1")
+    with Probes(opts, tgids=[1234]) as p:
+        batch = p.ring.read()
+"""
+import dataclasses
+import os
+from importlib import resources
+
+from ..errors import ClockalignError
+from ..store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, Kind
+from .ringbuf import RingReader
+from .tracefs import tracepoint_exists, tracepoint_field_is_dataloc
+
+PAGE = 4096
+
+
+@dataclasses.dataclass
+class ProbeOptions:
+    cuda_lib: str = None          # None: no CUDA probes
+    connect: bool = True
+    sched: bool = True
+    xid: bool = True
+    follow_children: bool = False
+    ring_mb: int = 16
+    max_threads: int = 65536
+
+
+def bpf_source_dir():
+    return resources.files("clockalign") / "bpf"
+
+
+def build_cflags(opts: ProbeOptions):
+    """The -D flags for bpf/probes.c, and notes on what was switched off and why."""
+    pages = max(1, (opts.ring_mb << 20) // PAGE)
+    pages = 1 << (pages.bit_length() - 1)      # the kernel wants a power of two
+    flags = [f"-DCA_RING_PAGES={pages}", f"-DCA_MAX_THREADS={opts.max_threads}"]
+    notes = []
+    if opts.cuda_lib:
+        flags.append("-DCA_CUDA")
+    if opts.connect:
+        flags.append("-DCA_CONNECT")
+    if opts.sched:
+        flags.append("-DCA_SCHED")
+    if opts.follow_children:
+        flags.append("-DCA_FOLLOW_CHILDREN")
+    if tracepoint_field_is_dataloc("sched", "sched_process_fork", "child_comm"):
+        flags.append("-DCA_FORK_COMM_DATALOC")
+    if opts.xid:
+        if tracepoint_exists("nvidia", "nvidia_dev_xid"):
+            flags.append("-DCA_XID")
+            if tracepoint_field_is_dataloc("nvidia", "nvidia_dev_xid", "msg"):
+                flags.append("-DCA_XID_DATALOC")
+        else:
+            notes.append("tracepoint nvidia:nvidia_dev_xid not present (NVIDIA driver not "
+                         "loaded?): Xids come only from NVML/DCGM, stamped on receipt")
+    return flags, notes
+
+
+def bpf_text():
+    return (bpf_source_dir() / "probes.c").read_text()
+
+
+def dump_bpf(opts: ProbeOptions) -> str:
+    """The final C and cflags, for --dump-bpf."""
+    flags, notes = build_cflags(opts)
+    head = "/* cflags: " + " ".join(flags) + " */\n"
+    return head + "".join(f"/* note: {n} */\n" for n in notes) + bpf_text()
+
+
+class Probes:
+    """Loaded and attached probes; a with-block detaches everything on exit."""
+
+    def __init__(self, opts: ProbeOptions, tgids):
+        self.opts = opts
+        self.notes = []
+        self.attached_cuda = []
+        self.missing_cuda = []
+        self._bpf = None
+        self.ring = None
+        flags, notes = build_cflags(opts)
+        self.notes.extend(notes)
+        self.cflags = flags
+        try:
+            from bcc import BPF
+        except ImportError:
+            raise ClockalignError("BCC is not importable: install the OS package python3-bpfcc "
+                                  "(scripts/setup.sh does); the PyPI package 'bcc' is unrelated")
+        src_dir = str(bpf_source_dir())
+        try:
+            self._bpf = BPF(text=bpf_text(), cflags=flags + [f"-I{src_dir}"])
+        except Exception as e:
+            raise ClockalignError(f"the BPF program failed to compile or load ({e}); run "
+                                  "'clockalign doctor' to check kernel headers") from None
+        self.set_targets(tgids)
+        if opts.cuda_lib:
+            self._attach_cuda(opts.cuda_lib)
+        table = self._bpf["events"]
+        self.ring = RingReader(table.map_fd, self._ring_bytes(flags),
+                               EVENT_DTYPE)
+
+    @staticmethod
+    def _ring_bytes(flags):
+        for f in flags:
+            if f.startswith("-DCA_RING_PAGES="):
+                return int(f.split("=")[1]) * PAGE
+        raise AssertionError("CA_RING_PAGES missing")
+
+    def set_targets(self, tgids):
+        import ctypes
+        t = self._bpf["targets"]
+        for tgid in tgids:
+            t[ctypes.c_uint32(int(tgid))] = ctypes.c_uint8(1)
+
+    def targets(self):
+        return sorted(int(k.value) for k in self._bpf["targets"].keys())
+
+    def _attach_cuda(self, lib):
+        for fid, (sym, _) in CUDA_FUNCTIONS.items():
+            try:
+                self._bpf.attach_uprobe(name=lib, sym=sym, fn_name=f"enter_{sym}")
+                self._bpf.attach_uretprobe(name=lib, sym=sym, fn_name=f"return_{sym}")
+                self.attached_cuda.append(sym)
+            except Exception:
+                self.missing_cuda.append(sym)
+        if not self.attached_cuda:
+            raise ClockalignError(f"{lib} exports none of the CUDA driver functions clockalign "
+                                  "traces; is it really libcuda?")
+
+    def drops(self) -> dict:
+        """Ring-buffer reserve failures per kind name (summed over CPUs), plus map-full."""
+        out = {}
+        table = self._bpf["drops"]
+        for idx in range(16):
+            vals = table[table.Key(idx)]
+            n = int(sum(v for v in vals))
+            if n:
+                name = "state_map_full" if idx == 0 else Kind(idx).name.lower()
+                out[name] = n
+        return out
+
+    def unfinished_cuda(self, now_ns: int):
+        """CUDA calls entered but not returned (still in flight at stop), as events."""
+        import numpy as np
+        if not self.opts.cuda_lib:
+            return np.empty(0, dtype=EVENT_DTYPE)
+        items = list(self._bpf["inflight"].items())
+        out = np.zeros(len(items), dtype=EVENT_DTYPE)
+        for i, (k, v) in enumerate(items):
+            out[i]["ts"] = v.ts
+            out[i]["dur"] = max(0, now_ns - v.ts)
+            out[i]["tid"] = k.tid
+            out[i]["pid"] = _tgid_of(k.tid)
+            out[i]["kind"] = Kind.CUDA_UNFINISHED
+            out[i]["code"] = k.fn
+            for j in range(5):
+                out[i][f"a{j}"] = v.a[j]
+        return out
+
+    def close(self):
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+        if self._bpf is not None:
+            self._bpf.cleanup()
+            self._bpf = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _tgid_of(tid: int) -> int:
+    try:
+        with open(f"/proc/{tid}/status") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0

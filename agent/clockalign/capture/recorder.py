@@ -1,0 +1,321 @@
+"""One recording: arm the probes, stream events and clocks into the run file, end cleanly.
+
+    rec = Recorder(RecordOptions(pids=[1234], duration=10, output="run.ca"))
+    summary = rec.run()      # blocks until --duration, Ctrl-C/SIGTERM or the targets' exit
+
+The event path stays bulk: the ring buffer is read as numpy batches (ringbuf.py) and each
+batch becomes one columnar chunk; the clock probe and the counter sampler run in their own
+threads and write their own chunks.
+"""
+import dataclasses
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+
+from .. import __version__
+from ..errors import ClockalignError
+from ..store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, KIND_NAMES, Chunk, Kind
+from ..store.writer import RunWriter
+from . import preflight, targets
+from .bpfprog import ProbeOptions, Probes
+from .libcuda import resolve_for_pid, resolve_like_loader
+
+POLL_S = 0.05
+FLUSH_S = 0.25
+
+
+@dataclasses.dataclass
+class RecordOptions:
+    output: str = "clockalign.ca"
+    pids: list = dataclasses.field(default_factory=list)
+    command: list = None
+    duration: float = None
+    libcuda: str = None
+    cuda: bool = True
+    follow_children: bool = None      # default: on in spawn mode, off for --pid
+    ring_mb: int = 16
+    counters: str = "auto"
+    counter_interval: float = 0.1
+    gpu_clock: bool = True
+    gpu_clock_period: float = 1.0
+    gpu_clock_pings: int = 64
+    status: bool = None               # default: on when stderr is a TTY
+
+
+def _now():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def clock_snapshot() -> dict:
+    return {name: time.clock_gettime_ns(getattr(time, f"CLOCK_{name}"))
+            for name in ("MONOTONIC", "REALTIME", "BOOTTIME", "MONOTONIC_RAW")}
+
+
+def nvidia_driver_version():
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            return f.readline().strip()
+    except OSError:
+        return None
+
+
+def _gpu_inventory():
+    """GPUs as NVML sees them; [] where there is no NVML (the counters module says why)."""
+    try:
+        from .counters import gpu_inventory
+    except ImportError:
+        return []
+    try:
+        return gpu_inventory()
+    except ClockalignError:
+        return []
+
+
+class Recorder:
+    def __init__(self, opts: RecordOptions):
+        self.opts = opts
+        self.notices = []
+        self.counts = {name: 0 for name in KIND_NAMES.values()}
+        self.stop_reason = None
+        self._stop = threading.Event()
+        self.child = None
+        self.writer = None
+        self.gpus = []
+
+    # ---------------------------------------------------------------- setup
+    def notice(self, text, level="notice"):
+        self.notices.append({"t_ns": _now(), "level": level, "text": text})
+        if self.writer:
+            self.writer.write_rows(Chunk.NOTICES, [self.notices[-1]])
+        print(f"clockalign: {text}", file=sys.stderr)
+
+    def _resolve_cuda(self, pids, env):
+        o = self.opts
+        if not o.cuda:
+            return None
+        if o.libcuda:
+            if not os.path.exists(o.libcuda):
+                raise ClockalignError(f"--libcuda {o.libcuda} does not exist")
+            return os.path.realpath(o.libcuda)
+        if self.child is not None:
+            path, how = resolve_like_loader(env)
+            if not path:
+                raise ClockalignError(
+                    "no libcuda.so.1 can be found the way the command's loader would look "
+                    "(LD_LIBRARY_PATH, ldconfig cache, default directories); pass --libcuda "
+                    "PATH or record without CUDA probes with --no-cuda")
+            self.notice(f"CUDA probes armed on {path} (found via {how}) before the command starts")
+            return path
+        found = set()
+        for pid in pids:
+            path, how = resolve_for_pid(pid)
+            if not path:
+                raise ClockalignError(
+                    f"process {pid} has not loaded libcuda and none can be found the way its "
+                    "loader would look (LD_LIBRARY_PATH, ldconfig cache, default directories); "
+                    "pass --libcuda PATH or record without CUDA probes with --no-cuda")
+            if how != "maps":
+                self.notice(f"process {pid} has not loaded libcuda yet; probes armed on {path} "
+                            f"(found via {how}), so a later dlopen is traced")
+            found.add(os.path.realpath(path) if not path.startswith("/proc/") else path)
+        if len(found) > 1:
+            raise ClockalignError("the target processes use different libcuda files "
+                                  f"({', '.join(sorted(found))}); record them separately")
+        return found.pop()
+
+    def _meta(self, tgids, cuda_lib, probes):
+        return {
+            "tool": "clockalign", "version": __version__, "host": socket.gethostname(),
+            "kernel": os.uname().release, "argv": sys.argv,
+            "driver": nvidia_driver_version(), "gpus": self.gpus,
+            "clocks": clock_snapshot(),
+            "mode": "spawn" if self.child else "pid",
+            "targets": [{"pid": p, "cmdline": self.opts.command if self.child else targets.cmdline(p),
+                         "libcuda": cuda_lib} for p in tgids],
+            "cuda_functions": {str(k): v[0] for k, v in CUDA_FUNCTIONS.items()},
+            "cuda_attached": probes.attached_cuda, "cuda_missing": probes.missing_cuda,
+            "kinds": {str(int(k)): v for k, v in KIND_NAMES.items()},
+            "event_dtype": str(EVENT_DTYPE.descr), "cflags": probes.cflags,
+        }
+
+    # ---------------------------------------------------------------- run
+    def run(self) -> dict:
+        o = self.opts
+        if bool(o.pids) == bool(o.command):
+            raise ClockalignError("give either --pid PID (one or more) or -- COMMAND, not both")
+        checks = preflight.run_checks(needs_cuda=o.cuda, full=False)
+        preflight.require(checks)
+        out_dir = os.path.dirname(os.path.abspath(o.output))
+        if not os.access(out_dir, os.W_OK):
+            raise ClockalignError(f"cannot write {o.output}: directory {out_dir} is not writable")
+        self.gpus = _gpu_inventory()
+        env = dict(os.environ)
+        if o.command:
+            self.child = targets.HeldChild(o.command, env)
+            tgids = [self.child.pid]
+        else:
+            for pid in o.pids:
+                targets.check_pid(pid)
+            tgids = list(o.pids)
+        follow = o.follow_children if o.follow_children is not None else bool(self.child)
+        try:
+            cuda_lib = self._resolve_cuda(tgids, env)
+            probes = Probes(ProbeOptions(cuda_lib=cuda_lib, follow_children=follow,
+                                         ring_mb=o.ring_mb), tgids)
+        except BaseException:
+            if self.child:
+                self.child.cancel()
+            raise
+        with probes:
+            self.writer = RunWriter(o.output, self._meta(tgids, cuda_lib, probes))
+            self.writer.write_rows(Chunk.NOTICES, self.notices)
+            for n in probes.notes:
+                self.notice(n)
+            if probes.missing_cuda and cuda_lib:
+                self.writer.write_rows(Chunk.NOTICES, [{
+                    "t_ns": _now(), "level": "info",
+                    "text": "symbols not exported by libcuda: " + ", ".join(probes.missing_cuda)}])
+            self._snapshot_threads(tgids)
+            helpers = self._start_helpers()
+            old = self._install_signals()
+            try:
+                if self.child:
+                    self.child.release()
+                self._loop(probes, tgids)
+            finally:
+                self._restore_signals(old)
+                self._finish(probes, tgids, helpers)
+        return self.summary
+
+    def _start_helpers(self):
+        o = self.opts
+        helpers = []
+        try:
+            from .clockprobe import ClockProbeThread
+            gpus = [g["index"] for g in self.gpus] if o.gpu_clock else []
+            cp = ClockProbeThread(self.writer, gpus=gpus, gpu=bool(o.gpu_clock and gpus),
+                                  gpu_period_s=o.gpu_clock_period, pings=o.gpu_clock_pings)
+            cp.start()
+            helpers.append(("clocks", cp))
+        except ImportError as e:
+            self.notice(f"clock probes unavailable ({e}); CPU/GPU clock domains not recorded",
+                        "warning")
+        if o.counters != "none":
+            try:
+                from .counters import CounterSampler, open_backend
+                backend = open_backend(o.counters)
+                cs = CounterSampler(self.writer, backend, interval_s=o.counter_interval)
+                cs.start()
+                helpers.append(("counters", cs))
+            except ClockalignError as e:
+                if o.counters == "auto":
+                    self.notice(f"GPU counters off: {e}")
+                else:
+                    raise
+            except ImportError as e:
+                self.notice(f"GPU counters off: backend not importable ({e})", "warning")
+        return helpers
+
+    def _install_signals(self):
+        def handler(signum, frame):
+            self.stop_reason = self.stop_reason or signal.Signals(signum).name
+            self._stop.set()
+        return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    @staticmethod
+    def _restore_signals(old):
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    def _record_batch(self, batch):
+        if len(batch) == 0:
+            return
+        kinds = np.bincount(batch["kind"], minlength=16)
+        for k, n in enumerate(kinds):
+            if n and k in KIND_NAMES:
+                self.counts[KIND_NAMES[k]] += int(n)
+        self.writer.write_columns(Chunk.EVENTS, {name: batch[name] for name in EVENT_DTYPE.names})
+
+    def _targets_alive(self, tgids):
+        if self.child:
+            return self.child.poll() is None
+        return any(targets.alive(p) for p in tgids)
+
+    def _loop(self, probes, tgids):
+        o = self.opts
+        t_start = time.monotonic()
+        last_flush = last_status = t_start
+        show = o.status if o.status is not None else sys.stderr.isatty()
+        while not self._stop.is_set():
+            self._record_batch(probes.ring.read())
+            now = time.monotonic()
+            if now - last_flush >= FLUSH_S:
+                self.writer.flush()
+                last_flush = now
+            if show and now - last_status >= 0.5:
+                self._status_line(now - t_start, probes)
+                last_status = now
+            if o.duration is not None and now - t_start >= o.duration:
+                self.stop_reason = "duration"
+                break
+            if not self._targets_alive(tgids):
+                self.stop_reason = "target exited"
+                break
+            self._stop.wait(POLL_S)
+        if self.child and self.stop_reason == "SIGTERM" and self.child.poll() is None:
+            os.kill(self.child.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 2
+            while self.child.poll() is None and time.monotonic() < deadline:
+                self._record_batch(probes.ring.read())
+                time.sleep(POLL_S)
+        time.sleep(POLL_S)   # let the last events of an exiting target reach the ring
+        if show:
+            sys.stderr.write("\n")
+
+    def _status_line(self, elapsed, probes):
+        kinds = " ".join(f"{k}={v}" for k, v in self.counts.items() if v)
+        drops = sum(probes.drops().values())
+        size = self.writer.size
+        sys.stderr.write(f"\r{elapsed:7.1f}s  {kinds or 'no events yet'}  drops={drops}  "
+                         f"{size / 1e6:.1f} MB\033[K")
+        sys.stderr.flush()
+
+    def _snapshot_threads(self, tgids):
+        rows = []
+        t = _now()
+        for p in tgids:
+            for tid, comm in targets.threads(p):
+                rows.append({"pid": p, "tid": tid, "comm": comm, "t_ns": t})
+        self.writer.write_rows(Chunk.THREADS, rows)
+
+    def _finish(self, probes, tgids, helpers):
+        stats = {}
+        for name, h in helpers:
+            try:
+                h.stop()
+                stats[name] = h.stats()
+            except Exception as e:
+                stats[name] = {"error": str(e)}
+        self._record_batch(probes.ring.read())
+        unfinished = probes.unfinished_cuda(_now())
+        self._record_batch(unfinished)
+        self._snapshot_threads([p for p in tgids if targets.alive(p)])
+        drops = probes.drops()
+        if drops:
+            self.notice("events lost: " + ", ".join(f"{k}={v}" for k, v in drops.items()) +
+                        " (ring buffer full: raise --ring-mb)", "warning")
+        exit_info = self.child.describe_exit() if self.child else None
+        if self.child and self.child.poll() is None:
+            self.notice(f"command (pid {self.child.pid}) still running when recording stopped")
+        trailer = {"reason": self.stop_reason or "stopped", "counts": self.counts,
+                   "drops": drops, "ring_records": probes.ring.records if probes.ring else None,
+                   "helpers": stats, "child_exit": exit_info,
+                   "unfinished_cuda": int(len(unfinished)), "clocks_end": clock_snapshot()}
+        self.writer.close(trailer)
+        self.summary = {"output": self.opts.output, "size": os.path.getsize(self.opts.output),
+                        **trailer}

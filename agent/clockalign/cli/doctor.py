@@ -1,0 +1,24 @@
+"""clockalign doctor: check, one line each, what recording needs on this host."""
+import click
+
+from ..capture.preflight import run_checks
+
+EPILOG = """\b
+Examples:
+  sudo clockalign doctor
+  sudo clockalign doctor --pid 1234     # also: which libcuda that process uses
+"""
+
+
+@click.command("doctor", epilog=EPILOG)
+@click.option("--pid", type=int, help="Check libcuda for this process.")
+def command(pid):
+    """Check privileges, tracefs, BCC, kernel headers, tracepoints, uprobes, libcuda, NVML/DCGM
+    and GPUs; say what to do about each one missing. Exits 1 if a requirement is missing."""
+    checks = run_checks(pid=pid)
+    for c in checks:
+        click.echo(c.line())
+    missing = [c for c in checks if c.required and not c.ok]
+    click.echo(f"{len(missing)} requirement(s) missing" if missing else "ready to record")
+    if missing:
+        raise SystemExit(1)

@@ -1,0 +1,61 @@
+"""clockalign record: attach the probes to a process (or spawn one) and write a run file."""
+import click
+
+from ..capture.recorder import Recorder, RecordOptions
+
+EPILOG = """\b
+Examples:
+  sudo clockalign record --pid 1234 --duration 30 -o serve.ca
+  sudo clockalign record --pid 1234 --pid 1240          # two processes, until Ctrl-C
+  sudo clockalign record -o run.ca -- python3 infer.py  # probes armed before it starts
+  sudo clockalign record --no-cuda --pid 1234           # sched/connect only
+  clockalign record --dump-bpf                          # print the BPF C and cflags
+"""
+
+
+@click.command("record", epilog=EPILOG, context_settings={"ignore_unknown_options": False})
+@click.option("--pid", "pids", type=int, multiple=True, help="Process to record (repeatable).")
+@click.option("-o", "--output", default="clockalign.ca", show_default=True, help="Run file.")
+@click.option("--duration", type=float, help="Stop after this many seconds.")
+@click.option("--libcuda", type=click.Path(dir_okay=False), help="libcuda to probe (default: "
+              "the one the target maps, or would load).")
+@click.option("--no-cuda", is_flag=True, help="Record without CUDA driver probes.")
+@click.option("--follow-children/--no-follow-children", default=None,
+              help="Also record processes the targets fork (default: on for a command).")
+@click.option("--counters", type=click.Choice(["auto", "nvml", "dcgm", "none"]), default="auto",
+              show_default=True, help="GPU counter backend.")
+@click.option("--counter-interval", type=float, default=0.1, show_default=True,
+              help="Seconds between counter samples (>= 0.01).")
+@click.option("--no-gpu-clock", is_flag=True, help="Do not probe the GPU clocks.")
+@click.option("--gpu-clock-period", type=float, default=1.0, show_default=True,
+              help="Seconds between GPU clock bursts.")
+@click.option("--gpu-clock-pings", type=int, default=64, show_default=True,
+              help="Pings per GPU clock burst.")
+@click.option("--ring-mb", type=int, default=16, show_default=True, help="Ring buffer size.")
+@click.option("--quiet", is_flag=True, help="No live status line.")
+@click.option("--dump-bpf", is_flag=True, help="Print the BPF program and cflags, then exit.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def command(pids, output, duration, libcuda, no_cuda, follow_children, counters,
+            counter_interval, no_gpu_clock, gpu_clock_period, gpu_clock_pings, ring_mb, quiet,
+            dump_bpf, command):
+    """Record CUDA driver calls, context switches, connect(), Xids, GPU clocks and counters
+    of running processes (--pid) or of a COMMAND given after --, until --duration,
+    Ctrl-C/SIGTERM or the targets' exit."""
+    if dump_bpf:
+        from ..capture.bpfprog import ProbeOptions, dump_bpf as dump
+        click.echo(dump(ProbeOptions(cuda_lib=None if no_cuda else (libcuda or "libcuda.so.1"),
+                                     ring_mb=ring_mb)))
+        return
+    if counter_interval < 0.01:
+        raise click.BadParameter("must be >= 0.01 s", param_hint="--counter-interval")
+    opts = RecordOptions(output=output, pids=list(pids), command=list(command) or None,
+                         duration=duration, libcuda=libcuda, cuda=not no_cuda,
+                         follow_children=follow_children, ring_mb=ring_mb, counters=counters,
+                         counter_interval=counter_interval, gpu_clock=not no_gpu_clock,
+                         gpu_clock_period=gpu_clock_period, gpu_clock_pings=gpu_clock_pings,
+                         status=False if quiet else None)
+    s = Recorder(opts).run()
+    counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items() if v) or "no events"
+    drops = sum(s["drops"].values())
+    click.echo(f"wrote {s['output']} ({s['size'] / 1e6:.2f} MB): {counts}; "
+               f"{drops} dropped; stopped by {s['reason']}", err=True)

@@ -1,0 +1,39 @@
+/* Shared record layout: mirrored by clockalign/store/schema.py (EVENT_DTYPE, Kind).
+ * Every event is one fixed 128-byte record, so user space decodes a whole batch of the
+ * ring buffer with one numpy view.  Numbers are file format: never reuse one. */
+#ifndef CLOCKALIGN_H
+#define CLOCKALIGN_H
+
+#define CA_KIND_CUDA 1
+#define CA_KIND_CUDA_UNFINISHED 2
+#define CA_KIND_CONNECT 3
+#define CA_KIND_SCHED 4
+#define CA_KIND_XID 5
+#define CA_KIND_THREAD_NEW 6
+#define CA_KIND_THREAD_NAME 7
+#define CA_KIND_THREAD_EXIT 8
+#define CA_KIND_PROC_EXIT 9
+#define CA_KIND_SIGNAL 10
+#define CA_NKINDS 16
+
+/* drops[] index 0 counts state-map updates that failed (a map full), not ring drops */
+#define CA_DROP_MAP_FULL 0
+
+#define CA_DATA_LEN 56
+
+struct ca_event {
+    u64 ts;         /* MONOTONIC ns (bpf_ktime_get_ns); call entry for paired events */
+    u64 dur;        /* ns: call duration, off-CPU time */
+    u32 pid;        /* tgid */
+    u32 tid;
+    u16 kind;
+    u16 code;       /* CUDA function id, sched 1=preempted, signal result, ... */
+    s32 ret;        /* CUresult, -errno, prev_state, xid code, exit code, signal */
+    u64 a[5];
+    u8 data[CA_DATA_LEN];
+};
+
+/* grid/block dims packed x | y << 32 | z << 48 (schema.unpack_dims) */
+#define CA_DIMS(x, y, z) (((u64)(u32)(x)) | (((u64)((y) & 0xFFFF)) << 32) | (((u64)((z) & 0xFFFF)) << 48))
+
+#endif

@@ -1,0 +1,433 @@
+/* clockalign probes, compiled by BCC at record time.
+ *
+ * Parameters come in as -D cflags (see capture/bpfprog.py; `clockalign record --dump-bpf`
+ * prints them): CA_RING_PAGES, CA_MAX_THREADS, CA_MAX_INFLIGHT, and the feature switches
+ * CA_CUDA, CA_CONNECT, CA_SCHED, CA_XID, CA_FOLLOW_CHILDREN, CA_FORK_COMM_DATALOC,
+ * CA_XID_DATALOC.  Targets (tgids) live in the `targets` map, filled by user space, so one
+ * program serves several --pid and spawn mode alike.
+ *
+ * Only tracepoint arguments and user memory are read: these hosts run kernels with no
+ * matching headers, so kernel struct layouts from the headers cannot be trusted.
+ */
+#include <uapi/linux/ptrace.h>
+#include "clockalign.h"
+
+#ifndef CA_RING_PAGES
+#define CA_RING_PAGES 4096
+#endif
+#ifndef CA_MAX_TARGETS
+#define CA_MAX_TARGETS 1024
+#endif
+#ifndef CA_MAX_THREADS
+#define CA_MAX_THREADS 65536
+#endif
+#ifndef CA_MAX_INFLIGHT
+#define CA_MAX_INFLIGHT 65536
+#endif
+
+BPF_RINGBUF_OUTPUT(events, CA_RING_PAGES);
+BPF_HASH(targets, u32, u8, CA_MAX_TARGETS);
+BPF_PERCPU_ARRAY(drops, u64, CA_NKINDS);
+
+static __always_inline int is_target(u32 tgid)
+{
+    return targets.lookup(&tgid) != NULL;
+}
+
+static __always_inline void count_drop(u32 kind)
+{
+    u64 *d = drops.lookup(&kind);
+    if (d)
+        (*d)++;
+}
+
+static __always_inline struct ca_event *reserve(u32 kind)
+{
+    struct ca_event *e = events.ringbuf_reserve(sizeof(struct ca_event));
+    if (!e) {
+        count_drop(kind);
+        return NULL;
+    }
+    __builtin_memset(e, 0, sizeof(*e));
+    e->kind = kind;
+    return e;
+}
+
+static __always_inline void stamp_task(struct ca_event *e)
+{
+    u64 pt = bpf_get_current_pid_tgid();
+    e->pid = pt >> 32;
+    e->tid = (u32)pt;
+}
+
+/* ------------------------------------------------------------------ CUDA driver API */
+#ifdef CA_CUDA
+struct inflight_key {
+    u32 tid;
+    u32 fn;
+};
+struct inflight_val {
+    u64 ts;
+    u64 a[5];
+};
+BPF_HASH(inflight, struct inflight_key, struct inflight_val, CA_MAX_INFLIGHT);
+
+static __always_inline int cuda_enter(u32 fn, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4)
+{
+    u64 pt = bpf_get_current_pid_tgid();
+    if (!is_target(pt >> 32))
+        return 0;
+    struct inflight_key k = {.tid = (u32)pt, .fn = fn};
+    struct inflight_val v = {};
+    v.ts = bpf_ktime_get_ns();
+    v.a[0] = a0; v.a[1] = a1; v.a[2] = a2; v.a[3] = a3; v.a[4] = a4;
+    if (inflight.update(&k, &v))
+        count_drop(CA_DROP_MAP_FULL);
+    return 0;
+}
+
+/* deref_a0: a0 is a CUdeviceptr* out-parameter, replaced by the pointer on success */
+static __always_inline int cuda_return(struct pt_regs *ctx, u32 fn, int deref_a0)
+{
+    u64 now = bpf_ktime_get_ns();
+    u64 pt = bpf_get_current_pid_tgid();
+    struct inflight_key k = {.tid = (u32)pt, .fn = fn};
+    struct inflight_val *v = inflight.lookup(&k);
+    if (!v)
+        return 0;
+    struct ca_event *e = reserve(CA_KIND_CUDA);
+    if (e) {
+        e->ts = v->ts;
+        e->dur = now - v->ts;
+        e->pid = pt >> 32;
+        e->tid = (u32)pt;
+        e->code = fn;
+        e->ret = (s32)PT_REGS_RC(ctx);
+        e->a[0] = v->a[0]; e->a[1] = v->a[1]; e->a[2] = v->a[2];
+        e->a[3] = v->a[3]; e->a[4] = v->a[4];
+        if (deref_a0 && e->ret == 0 && v->a[0]) {
+            u64 ptr = 0;
+            bpf_probe_read_user(&ptr, sizeof(ptr), (void *)v->a[0]);
+            e->a[0] = ptr;
+        }
+        events.ringbuf_submit(e, 0);
+    }
+    inflight.delete(&k);
+    return 0;
+}
+
+static __always_inline u64 stack_arg(struct pt_regs *ctx, int n)
+{
+    /* x86-64 SysV: at a function's first instruction, sp -> return address, and
+     * argument 7 onward sit above it in 8-byte slots. */
+    u64 val = 0;
+    bpf_probe_read_user(&val, sizeof(val), (void *)(PT_REGS_SP(ctx) + 8 * (n - 6)));
+    return val;
+}
+
+static __always_inline int launch_enter(struct pt_regs *ctx, u32 fn)
+{
+    u64 bz = stack_arg(ctx, 7), shmem = stack_arg(ctx, 8), stream = stack_arg(ctx, 9);
+    return cuda_enter(fn, PT_REGS_PARM1(ctx),
+                      CA_DIMS(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx)),
+                      CA_DIMS(PT_REGS_PARM5(ctx), PT_REGS_PARM6(ctx), bz),
+                      (u32)shmem, stream);
+}
+
+struct ca_launch_config {   /* CUlaunchConfig */
+    u32 grid[3];
+    u32 block[3];
+    u32 shmem;
+    u32 pad;
+    u64 stream;
+};
+
+static __always_inline int launch_ex_enter(struct pt_regs *ctx, u32 fn)
+{
+    struct ca_launch_config c = {};
+    bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
+    return cuda_enter(fn, PT_REGS_PARM2(ctx), CA_DIMS(c.grid[0], c.grid[1], c.grid[2]),
+                      CA_DIMS(c.block[0], c.block[1], c.block[2]), c.shmem, c.stream);
+}
+
+#define P1 PT_REGS_PARM1(ctx)
+#define P2 PT_REGS_PARM2(ctx)
+#define P3 PT_REGS_PARM3(ctx)
+#define P4 PT_REGS_PARM4(ctx)
+
+/* fn ids: store/schema.py CUDA_FUNCTIONS */
+int enter_cuLaunchKernel(struct pt_regs *ctx) { return launch_enter(ctx, 1); }
+int return_cuLaunchKernel(struct pt_regs *ctx) { return cuda_return(ctx, 1, 0); }
+int enter_cuLaunchKernelEx(struct pt_regs *ctx) { return launch_ex_enter(ctx, 2); }
+int return_cuLaunchKernelEx(struct pt_regs *ctx) { return cuda_return(ctx, 2, 0); }
+int enter_cuMemAlloc_v2(struct pt_regs *ctx) { return cuda_enter(3, P1, P2, 0, 0, 0); }
+int return_cuMemAlloc_v2(struct pt_regs *ctx) { return cuda_return(ctx, 3, 1); }
+int enter_cuMemAllocAsync(struct pt_regs *ctx) { return cuda_enter(4, P1, P2, P3, 0, 0); }
+int return_cuMemAllocAsync(struct pt_regs *ctx) { return cuda_return(ctx, 4, 1); }
+int enter_cuMemFree_v2(struct pt_regs *ctx) { return cuda_enter(5, P1, 0, 0, 0, 0); }
+int return_cuMemFree_v2(struct pt_regs *ctx) { return cuda_return(ctx, 5, 0); }
+int enter_cuMemcpyHtoD_v2(struct pt_regs *ctx) { return cuda_enter(6, P1, P2, P3, 0, 0); }
+int return_cuMemcpyHtoD_v2(struct pt_regs *ctx) { return cuda_return(ctx, 6, 0); }
+int enter_cuMemcpyDtoH_v2(struct pt_regs *ctx) { return cuda_enter(7, P1, P2, P3, 0, 0); }
+int return_cuMemcpyDtoH_v2(struct pt_regs *ctx) { return cuda_return(ctx, 7, 0); }
+int enter_cuMemcpyAsync(struct pt_regs *ctx) { return cuda_enter(8, P1, P2, P3, P4, 0); }
+int return_cuMemcpyAsync(struct pt_regs *ctx) { return cuda_return(ctx, 8, 0); }
+int enter_cuStreamSynchronize(struct pt_regs *ctx) { return cuda_enter(9, P1, 0, 0, 0, 0); }
+int return_cuStreamSynchronize(struct pt_regs *ctx) { return cuda_return(ctx, 9, 0); }
+int enter_cuCtxSynchronize(struct pt_regs *ctx) { return cuda_enter(10, 0, 0, 0, 0, 0); }
+int return_cuCtxSynchronize(struct pt_regs *ctx) { return cuda_return(ctx, 10, 0); }
+int enter_cuEventSynchronize(struct pt_regs *ctx) { return cuda_enter(11, P1, 0, 0, 0, 0); }
+int return_cuEventSynchronize(struct pt_regs *ctx) { return cuda_return(ctx, 11, 0); }
+int enter_cuLaunchKernel_ptsz(struct pt_regs *ctx) { return launch_enter(ctx, 12); }
+int return_cuLaunchKernel_ptsz(struct pt_regs *ctx) { return cuda_return(ctx, 12, 0); }
+int enter_cuLaunchKernelEx_ptsz(struct pt_regs *ctx) { return launch_ex_enter(ctx, 13); }
+int return_cuLaunchKernelEx_ptsz(struct pt_regs *ctx) { return cuda_return(ctx, 13, 0); }
+int enter_cuMemcpyHtoD_v2_ptds(struct pt_regs *ctx) { return cuda_enter(14, P1, P2, P3, 0, 0); }
+int return_cuMemcpyHtoD_v2_ptds(struct pt_regs *ctx) { return cuda_return(ctx, 14, 0); }
+int enter_cuMemcpyDtoH_v2_ptds(struct pt_regs *ctx) { return cuda_enter(15, P1, P2, P3, 0, 0); }
+int return_cuMemcpyDtoH_v2_ptds(struct pt_regs *ctx) { return cuda_return(ctx, 15, 0); }
+int enter_cuMemcpyAsync_ptsz(struct pt_regs *ctx) { return cuda_enter(16, P1, P2, P3, P4, 0); }
+int return_cuMemcpyAsync_ptsz(struct pt_regs *ctx) { return cuda_return(ctx, 16, 0); }
+int enter_cuStreamSynchronize_ptsz(struct pt_regs *ctx) { return cuda_enter(17, P1, 0, 0, 0, 0); }
+int return_cuStreamSynchronize_ptsz(struct pt_regs *ctx) { return cuda_return(ctx, 17, 0); }
+int enter_cuMemAllocAsync_ptsz(struct pt_regs *ctx) { return cuda_enter(18, P1, P2, P3, 0, 0); }
+int return_cuMemAllocAsync_ptsz(struct pt_regs *ctx) { return cuda_return(ctx, 18, 1); }
+#endif /* CA_CUDA */
+
+/* ------------------------------------------------------------------ connect() */
+#ifdef CA_CONNECT
+struct conn_val {
+    u64 ts;
+    u64 fd;
+    u64 addrlen;
+    u8 addr[CA_DATA_LEN];
+};
+BPF_HASH(conn_inflight, u32, struct conn_val, CA_MAX_THREADS);
+
+TRACEPOINT_PROBE(syscalls, sys_enter_connect)
+{
+    u64 pt = bpf_get_current_pid_tgid();
+    if (!is_target(pt >> 32))
+        return 0;
+    u32 tid = (u32)pt;
+    struct conn_val v = {};
+    v.ts = bpf_ktime_get_ns();
+    v.fd = args->fd;
+    v.addrlen = args->addrlen;
+    /* constant sizes keep the verifier happy: sockaddr_in 16, sockaddr_in6 28, unix <= 110 */
+    void *ua = (void *)args->uservaddr;
+    if (v.addrlen >= CA_DATA_LEN)
+        bpf_probe_read_user(v.addr, CA_DATA_LEN, ua);
+    else if (v.addrlen >= 28)
+        bpf_probe_read_user(v.addr, 28, ua);
+    else if (v.addrlen >= 16)
+        bpf_probe_read_user(v.addr, 16, ua);
+    else if (v.addrlen >= 2)
+        bpf_probe_read_user(v.addr, 2, ua);
+    if (conn_inflight.update(&tid, &v))
+        count_drop(CA_DROP_MAP_FULL);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_connect)
+{
+    u64 now = bpf_ktime_get_ns();
+    u64 pt = bpf_get_current_pid_tgid();
+    u32 tid = (u32)pt;
+    struct conn_val *v = conn_inflight.lookup(&tid);
+    if (!v)
+        return 0;
+    struct ca_event *e = reserve(CA_KIND_CONNECT);
+    if (e) {
+        e->ts = v->ts;
+        e->dur = now - v->ts;
+        e->pid = pt >> 32;
+        e->tid = tid;
+        e->ret = (s32)args->ret;
+        e->a[0] = v->fd;
+        e->a[1] = v->addrlen;
+        __builtin_memcpy(e->data, v->addr, CA_DATA_LEN);
+        events.ringbuf_submit(e, 0);
+    }
+    conn_inflight.delete(&tid);
+    return 0;
+}
+#endif /* CA_CONNECT */
+
+/* ------------------------------------------------------------------ scheduler */
+#ifdef CA_SCHED
+struct off_val {
+    u64 ts;
+    s64 state;
+    u32 tgid;
+    u32 cpu;
+};
+BPF_HASH(offcpu, u32, struct off_val, CA_MAX_THREADS);
+BPF_HASH(wakeups, u32, u64, CA_MAX_THREADS);
+
+TRACEPOINT_PROBE(sched, sched_switch)
+{
+    u64 now = bpf_ktime_get_ns();
+    u32 cpu = bpf_get_smp_processor_id();
+    u32 prev = args->prev_pid, next = args->next_pid;
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;   /* current is still prev here */
+    if (prev != 0 && is_target(tgid)) {
+        struct off_val o = {.ts = now, .state = args->prev_state, .tgid = tgid, .cpu = cpu};
+        if (offcpu.update(&prev, &o))
+            count_drop(CA_DROP_MAP_FULL);
+    }
+    if (next == 0)
+        return 0;
+    struct off_val *o = offcpu.lookup(&next);
+    if (!o)
+        return 0;
+    struct ca_event *e = reserve(CA_KIND_SCHED);
+    if (e) {
+        e->ts = o->ts;
+        e->dur = now - o->ts;
+        e->pid = o->tgid;
+        e->tid = next;
+        e->ret = (s32)o->state;
+        /* preempted: reported as TASK_REPORT_MAX (0x100) since 4.14, or plain running */
+        e->code = (o->state == 0 || o->state >= 0x100) ? 1 : 0;
+        u64 *w = wakeups.lookup(&next);
+        if (w && *w >= o->ts && *w <= now)
+            e->a[0] = now - *w;
+        e->a[1] = o->cpu;
+        e->a[2] = cpu;
+        events.ringbuf_submit(e, 0);
+    }
+    offcpu.delete(&next);
+    wakeups.delete(&next);
+    return 0;
+}
+
+static __always_inline void note_wakeup(u32 pid)
+{
+    if (offcpu.lookup(&pid)) {
+        u64 now = bpf_ktime_get_ns();
+        wakeups.update(&pid, &now);
+    }
+}
+
+TRACEPOINT_PROBE(sched, sched_wakeup)
+{
+    note_wakeup(args->pid);
+    return 0;
+}
+#endif /* CA_SCHED */
+
+/* ------------------------------------------------------------------ threads, exits */
+TRACEPOINT_PROBE(sched, sched_process_fork)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (!is_target(tgid))
+        return 0;
+    u32 child = args->child_pid;
+#ifdef CA_FOLLOW_CHILDREN
+    /* a thread's tid never equals another process's tgid, so adding every child is safe */
+    u8 one = 1;
+    targets.update(&child, &one);
+#endif
+    struct ca_event *e = reserve(CA_KIND_THREAD_NEW);
+    if (!e)
+        return 0;
+    e->ts = bpf_ktime_get_ns();
+    e->pid = tgid;
+    e->tid = child;
+    e->a[0] = args->parent_pid;
+#ifdef CA_FORK_COMM_DATALOC
+    TP_DATA_LOC_READ_STR(e->data, child_comm, 16);
+#else
+    bpf_probe_read_kernel_str(e->data, 16, args->child_comm);
+#endif
+    events.ringbuf_submit(e, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(task, task_rename)
+{
+    u64 pt = bpf_get_current_pid_tgid();
+    if (!is_target(pt >> 32))
+        return 0;
+    struct ca_event *e = reserve(CA_KIND_THREAD_NAME);
+    if (!e)
+        return 0;
+    e->ts = bpf_ktime_get_ns();
+    e->pid = pt >> 32;
+    e->tid = args->pid;
+    bpf_probe_read_kernel_str(e->data, 16, args->newcomm);
+    events.ringbuf_submit(e, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+    u64 pt = bpf_get_current_pid_tgid();
+    if (!is_target(pt >> 32))
+        return 0;
+    struct ca_event *e = reserve(CA_KIND_THREAD_EXIT);
+    if (!e)
+        return 0;
+    e->ts = bpf_ktime_get_ns();
+    stamp_task(e);
+    e->code = args->group_dead;
+    bpf_get_current_comm(e->data, 16);
+    events.ringbuf_submit(e, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_exit_group)
+{
+    u64 pt = bpf_get_current_pid_tgid();
+    if (!is_target(pt >> 32))
+        return 0;
+    struct ca_event *e = reserve(CA_KIND_PROC_EXIT);
+    if (!e)
+        return 0;
+    e->ts = bpf_ktime_get_ns();
+    stamp_task(e);
+    e->ret = (s32)args->error_code;
+    events.ringbuf_submit(e, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(signal, signal_generate)
+{
+    u32 pid = args->pid;
+    if (!is_target(pid))
+        return 0;
+    struct ca_event *e = reserve(CA_KIND_SIGNAL);
+    if (!e)
+        return 0;
+    e->ts = bpf_ktime_get_ns();
+    e->pid = pid;
+    e->tid = pid;
+    e->ret = args->sig;
+    e->code = (u16)args->result;
+    e->a[0] = bpf_get_current_pid_tgid() >> 32;
+    e->a[1] = args->code;
+    bpf_get_current_comm(e->data, 16);
+    events.ringbuf_submit(e, 0);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ NVIDIA Xid */
+#ifdef CA_XID
+TRACEPOINT_PROBE(nvidia, nvidia_dev_xid)
+{
+    /* device-wide: an Xid is recorded whatever process caused it */
+    struct ca_event *e = reserve(CA_KIND_XID);
+    if (!e)
+        return 0;
+    e->ts = bpf_ktime_get_ns();
+    stamp_task(e);
+    e->ret = args->error_code;
+#ifdef CA_XID_DATALOC
+    TP_DATA_LOC_READ_STR(e->data, dev, 16);
+    TP_DATA_LOC_READ_STR(e->data + 16, msg, CA_DATA_LEN - 16);
+#endif
+    events.ringbuf_submit(e, 0);
+    return 0;
+}
+#endif /* CA_XID */
