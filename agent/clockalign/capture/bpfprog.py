@@ -26,7 +26,7 @@ class ProbeOptions:
     sched: bool = True
     xid: bool = True
     follow_children: bool = False
-    ring_mb: int = 16
+    ring_mb: float = 16
     max_threads: int = 65536
 
 
@@ -36,7 +36,7 @@ def bpf_source_dir():
 
 def build_cflags(opts: ProbeOptions):
     """The -D flags for bpf/probes.c, and notes on what was switched off and why."""
-    pages = max(1, (opts.ring_mb << 20) // PAGE)
+    pages = max(1, int(opts.ring_mb * (1 << 20)) // PAGE)
     pages = 1 << (pages.bit_length() - 1)      # the kernel wants a power of two
     flags = [f"-DCA_RING_PAGES={pages}", f"-DCA_MAX_THREADS={opts.max_threads}"]
     notes = []

@@ -1,7 +1,7 @@
 """What `clockalign doctor` checks and `record` requires, each naming what to do.
 
     for c in run_checks(): print(c.name, c.ok, c.detail, c.fix)
-    require(run_checks(needs_cuda=False))   # raises ClockalignError on the first failed need
+    require(needs_cuda=False)               # raises ClockalignError at the first failed need
 """
 import dataclasses
 import os
@@ -141,11 +141,11 @@ def check_counters():
 def check_gpus() -> Check:
     try:
         from .counters import gpu_inventory
-        gpus = gpu_inventory()
-    except Exception as e:
+        gpus, why = gpu_inventory()
+    except ImportError as e:
         return Check("GPUs", False, f"cannot enumerate ({e})", required=False)
     if not gpus:
-        return Check("GPUs", False, "no NVIDIA GPU seen through NVML",
+        return Check("GPUs", False, f"no NVIDIA GPU seen through NVML ({why})",
                      "GPU clock and counters will be off", required=False)
     names = ", ".join(f"{g.get('index')}: {g.get('name')}" for g in gpus)
     return Check("GPUs", True, names, required=False)
@@ -161,23 +161,29 @@ def check_gpu_clock() -> Check:
                  required=False)
 
 
-def run_checks(pid=None, libcuda=None, needs_cuda=True, full=True):
-    checks = [check_privileges(), check_tracefs(), check_bcc(), check_headers()]
-    checks += check_tracepoints()
-    checks.append(check_uprobes() if needs_cuda else
-                  Check("uprobes", True, "not needed (--no-cuda)", required=False))
+def _check_steps(pid=None, libcuda=None, needs_cuda=True, full=True):
+    """Checks in order, as callables, so `require` stops at the first failure."""
+    steps = [check_privileges, check_tracefs, check_bcc, check_headers, check_tracepoints]
     if needs_cuda:
-        checks.append(check_libcuda(pid, libcuda, required=False))
+        steps += [check_uprobes, lambda: check_libcuda(pid, libcuda, required=False)]
     if full:
-        checks += check_counters()
-        checks.append(check_gpus())
-        checks.append(check_gpu_clock())
-    return checks
+        steps += [check_counters, check_gpus, check_gpu_clock]
+    return steps
 
 
-def require(checks) -> None:
-    """Stop with one sentence at the first failed requirement."""
-    for c in checks:
-        if c.required and not c.ok:
-            msg = f"{c.name}: {c.detail}"
-            raise ClockalignError(msg + (f"; {c.fix}" if c.fix else ""))
+def run_checks(pid=None, libcuda=None, needs_cuda=True, full=True):
+    """Every check's result (doctor)."""
+    out = []
+    for step in _check_steps(pid, libcuda, needs_cuda, full):
+        res = step()
+        out.extend(res if isinstance(res, list) else [res])
+    return out
+
+
+def require(needs_cuda=True) -> None:
+    """Stop with one sentence at the first failed requirement (record's preflight)."""
+    for step in _check_steps(needs_cuda=needs_cuda, full=False):
+        res = step()
+        for c in res if isinstance(res, list) else [res]:
+            if c.required and not c.ok:
+                raise ClockalignError(f"{c.name}: {c.detail}" + (f"; {c.fix}" if c.fix else ""))

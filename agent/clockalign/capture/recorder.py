@@ -38,7 +38,7 @@ class RecordOptions:
     libcuda: str = None
     cuda: bool = True
     follow_children: bool = None      # default: on in spawn mode, off for --pid
-    ring_mb: int = 16
+    ring_mb: float = 16
     counters: str = "auto"
     counter_interval: float = 0.1
     gpu_clock: bool = True
@@ -65,15 +65,12 @@ def nvidia_driver_version():
 
 
 def _gpu_inventory():
-    """GPUs as NVML sees them; [] where there is no NVML (the counters module says why)."""
+    """(GPUs as NVML sees them, why none) — [] where there is no NVML."""
     try:
         from .counters import gpu_inventory
-    except ImportError:
-        return []
-    try:
-        return gpu_inventory()
-    except ClockalignError:
-        return []
+    except ImportError as e:
+        return [], f"counter backends not importable ({e})"
+    return gpu_inventory()
 
 
 class Recorder:
@@ -148,12 +145,11 @@ class Recorder:
         o = self.opts
         if bool(o.pids) == bool(o.command):
             raise ClockalignError("give either --pid PID (one or more) or -- COMMAND, not both")
-        checks = preflight.run_checks(needs_cuda=o.cuda, full=False)
-        preflight.require(checks)
+        preflight.require(needs_cuda=o.cuda)
         out_dir = os.path.dirname(os.path.abspath(o.output))
         if not os.access(out_dir, os.W_OK):
             raise ClockalignError(f"cannot write {o.output}: directory {out_dir} is not writable")
-        self.gpus = _gpu_inventory()
+        self.gpus, self.gpu_why = _gpu_inventory()
         env = dict(os.environ)
         if o.command:
             self.child = targets.HeldChild(o.command, env)

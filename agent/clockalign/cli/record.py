@@ -31,7 +31,8 @@ Examples:
               help="Seconds between GPU clock bursts.")
 @click.option("--gpu-clock-pings", type=int, default=64, show_default=True,
               help="Pings per GPU clock burst.")
-@click.option("--ring-mb", type=int, default=16, show_default=True, help="Ring buffer size.")
+@click.option("--ring-mb", type=float, default=16, show_default=True,
+              help="Ring buffer size in MiB (rounded down to a power-of-two number of pages).")
 @click.option("--quiet", is_flag=True, help="No live status line.")
 @click.option("--dump-bpf", is_flag=True, help="Print the BPF program and cflags, then exit.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)

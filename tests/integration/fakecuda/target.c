@@ -2,12 +2,13 @@
  * two threads, then connect() to a listener and to a closed port, then a known sleep.
  *
  *   target [--wait] [--dlopen] [--connect PORT_OPEN PORT_CLOSED] [--sleep-ms N] [--exit N]
- *           [--hang-ms N]
+ *           [--hang-ms N] [--burst N]
  * --wait: block until a line arrives on stdin (the test attaches the recorder first).
  * --dlopen: load libcuda.so.1 only after the wait, like `import torch` does.
  * Counts: 23 launches (12 cuLaunchKernel on thread A, 11 cuLaunchKernelEx on thread B),
  * 5 cuMemAlloc_v2 of which 2 return OUT_OF_MEMORY, 3 cuMemFree_v2, 2 HtoD, 2 DtoH,
- * 1 cuMemcpyAsync, 2 cuStreamSynchronize, 1 cuCtxSynchronize, 1 cuEventSynchronize. */
+ * 1 cuMemcpyAsync, 2 cuStreamSynchronize, 1 cuCtxSynchronize, 1 cuEventSynchronize;
+ * --burst N adds N cuLaunchKernel on the main thread (func 0x3000). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -85,7 +86,7 @@ static int try_connect(int port) {
 
 int main(int argc, char **argv) {
     int wait = 0, use_dlopen = 0, port_open = 0, port_closed = 0, sleep_ms = 0, code = 0;
-    int hang_ms = 0;
+    int hang_ms = 0, burst = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--wait")) wait = 1;
         else if (!strcmp(argv[i], "--dlopen")) use_dlopen = 1;
@@ -94,6 +95,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--sleep-ms") && i + 1 < argc) sleep_ms = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--exit") && i + 1 < argc) code = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--hang-ms") && i + 1 < argc) hang_ms = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--burst") && i + 1 < argc) burst = atoi(argv[++i]);
     }
     if (!use_dlopen) load();
     if (wait) {
@@ -109,6 +111,9 @@ int main(int argc, char **argv) {
     pthread_create(&b, NULL, thread_b, NULL);
     pthread_join(a, NULL);
     pthread_join(b, NULL);
+
+    for (int i = 0; i < burst; i++)   /* extra launches on the main thread */
+        launch((void *)0x3000, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
 
     CUdeviceptr p[5];
     size_t sizes[5] = {1 << 20, 2ULL << 40, 4096, 3ULL << 40, 65536};

@@ -1,0 +1,228 @@
+"""Record the known-count target with real BPF and check every count, argument, code, tid."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from clockalign.store.decode import event_dicts
+from clockalign.store.reader import RunReader
+from clockalign.store.schema import CUDA_FN_BY_NAME, Kind
+
+from .conftest import clockalign_cmd, run_clockalign, wait_for_file
+
+EXPECTED_CALLS = {"cuLaunchKernel": 12, "cuLaunchKernelEx": 11, "cuMemAlloc_v2": 5,
+                  "cuMemFree_v2": 3, "cuMemcpyHtoD_v2": 2, "cuMemcpyDtoH_v2": 2,
+                  "cuMemcpyAsync": 1, "cuStreamSynchronize": 2, "cuCtxSynchronize": 1,
+                  "cuEventSynchronize": 1}
+BASE = ["--counters", "none", "--no-gpu-clock", "--quiet"]
+
+
+def env_for(fakecuda):
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = str(fakecuda)
+    return env
+
+
+@pytest.fixture
+def listener():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(4)
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()            # nothing listens there now: ECONNREFUSED
+    yield s.getsockname()[1], closed_port
+    s.close()
+
+
+def cuda_counts(ev):
+    cuda = ev[ev["kind"] == Kind.CUDA]
+    out = {}
+    for name, fid in CUDA_FN_BY_NAME.items():
+        n = int(np.sum(cuda["code"] == fid))
+        if n:
+            out[name] = n
+    return out
+
+
+def check_workload(ev, info, burst=0):
+    expected = dict(EXPECTED_CALLS)
+    expected["cuLaunchKernel"] += burst
+    assert cuda_counts(ev) == expected
+    cuda = ev[ev["kind"] == Kind.CUDA]
+    assert set(cuda["pid"]) == {info["pid"]}
+    lk = cuda[cuda["code"] == CUDA_FN_BY_NAME["cuLaunchKernel"]]
+    lk_a = lk[lk["tid"] == info["tid_a"]]
+    assert len(lk_a) == 12 and set(lk_a["a0"]) == {0x1000}
+    ds = [d for d in event_dicts(lk_a)]
+    assert sorted(d["grid"][0] for d in ds) == list(range(64, 76))
+    assert all(d["grid"][1:] == [2, 1] and d["block"] == [256, 1, 1] and d["shared_mem"] == 1024
+               and d["stream"] == 0x5000 and d["ret"] == 0 for d in ds)
+    ex = [d for d in event_dicts(cuda[cuda["code"] == CUDA_FN_BY_NAME["cuLaunchKernelEx"]])]
+    assert len(ex) == 11 and {d["tid"] for d in ex} == {info["tid_b"]}
+    assert all(d["grid"] == [7, 3, 2] and d["block"] == [128, 2, 1] and d["shared_mem"] == 2048
+               and d["stream"] == 0x6000 and d["func"] == 0x2000 for d in ex)
+    allocs = [d for d in event_dicts(cuda[cuda["code"] == CUDA_FN_BY_NAME["cuMemAlloc_v2"]])]
+    assert sorted(d["bytes"] for d in allocs) == sorted([1 << 20, 2 << 40, 4096, 3 << 40, 65536])
+    assert sorted(d["ret"] for d in allocs) == [0, 0, 0, 2, 2]
+    assert {d["bytes"] for d in allocs if d["ret"] == 2} == {2 << 40, 3 << 40}
+    assert all(d["dptr"] >= 0x7f0000000000 for d in allocs if d["ret"] == 0)
+    assert info["oom"] == 2
+    htod = [d for d in event_dicts(cuda[cuda["code"] == CUDA_FN_BY_NAME["cuMemcpyHtoD_v2"]])]
+    assert sorted(d["bytes"] for d in htod) == [100, 4096]
+    syncs = cuda[cuda["code"] == CUDA_FN_BY_NAME["cuStreamSynchronize"]]
+    assert np.all(syncs["dur"] >= 2_000_000)           # the fake sleeps 2 ms
+    assert np.all(cuda["dur"] > 0)
+
+
+def test_spawn_mode_counts_args_codes_tids(fakecuda, listener, tmp_path):
+    open_port, closed_port = listener
+    out = tmp_path / "spawn.ca"
+    p = run_clockalign("record", "-o", str(out), *BASE, "--", str(fakecuda / "target"),
+                       "--sleep-ms", "300", "--connect", str(open_port), str(closed_port),
+                       env=env_for(fakecuda))
+    assert p.returncode == 0, p.stderr
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    r = RunReader(out)
+    assert r.clean and r.trailer["reason"] == "target exited"
+    assert r.trailer["child_exit"] == {"exit_code": 0}
+    ev = r.events()
+    check_workload(ev, info)
+    conns = [d for d in event_dicts(ev[ev["kind"] == Kind.CONNECT])]
+    assert len(conns) == 2
+    ok = [c for c in conns if c["ret"] == 0]
+    refused = [c for c in conns if c["ret"] != 0]
+    assert ok[0]["peer"] == f"127.0.0.1:{open_port}" and ok[0]["errno"] is None
+    assert refused[0]["peer"] == f"127.0.0.1:{closed_port}"
+    assert refused[0]["errno"] == "ECONNREFUSED" and refused[0]["ret"] == -111
+    # the main thread slept 300 ms: one blocked off-CPU interval of at least that long
+    sched = [d for d in event_dicts(ev[ev["kind"] == Kind.SCHED]) if d["tid"] == info["tid_main"]]
+    long_off = [d for d in sched if d["off_cpu_ns"] >= 300_000_000]
+    assert len(long_off) == 1, sched
+    assert long_off[0]["off_cpu_ns"] < 1_000_000_000
+    assert long_off[0]["prev_state"] == "S" and not long_off[0]["preempted"]
+    assert long_off[0]["wakeup_to_run_ns"] > 0
+    # threads: both workers born and named, process exit with its code
+    new = ev[ev["kind"] == Kind.THREAD_NEW]
+    assert {info["tid_a"], info["tid_b"]} <= set(new["tid"].tolist())
+    exits = [d for d in event_dicts(ev[ev["kind"] == Kind.PROC_EXIT])]
+    assert [d["exit_code"] for d in exits] == [0]
+    assert r.trailer["drops"] == {}
+
+
+def start_waiting_target(fakecuda, *extra):
+    t = subprocess.Popen([str(fakecuda / "target"), "--wait", *extra], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, env=env_for(fakecuda))
+    line = t.stdout.readline()
+    assert line.startswith("ready"), line
+    return t
+
+
+def record_pid(fakecuda, out, pid, *extra):
+    return subprocess.Popen(clockalign_cmd("record", "--pid", str(pid), "-o", str(out), *BASE,
+                                           *extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env_for(fakecuda))
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["loaded", "dlopen-late"])
+def test_pid_mode_including_late_dlopen(fakecuda, tmp_path, late):
+    target = start_waiting_target(fakecuda, *(["--dlopen"] if late else []))
+    out = tmp_path / "pid.ca"
+    rec = record_pid(fakecuda, out, target.pid)
+    wait_for_file(out)
+    target.stdin.write("go\n")
+    target.stdin.flush()
+    info = json.loads(target.stdout.readline())
+    target.wait(timeout=30)
+    _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    if late:
+        assert "has not loaded libcuda yet" in err
+    r = RunReader(out)
+    assert r.clean
+    check_workload(r.events(), info)
+
+
+def test_drops_are_counted_not_silent(fakecuda, tmp_path):
+    """A one-page ring cannot hold a burst of 3000 launches: what is missing is counted."""
+    out = tmp_path / "drops.ca"
+    burst = 3000
+    p = run_clockalign("record", "-o", str(out), *BASE, "--ring-mb", "0.004", "--",
+                       str(fakecuda / "target"), "--burst", str(burst), env=env_for(fakecuda))
+    assert p.returncode == 0, p.stderr
+    r = RunReader(out)
+    ev = r.events()
+    got = int(np.sum(ev["kind"] == Kind.CUDA))
+    dropped = r.trailer["drops"].get("cuda", 0)
+    assert dropped > 0
+    assert got + dropped == sum(EXPECTED_CALLS.values()) + burst
+    assert "events lost" in p.stderr
+
+
+def test_sigterm_leaves_clean_file_and_sigkill_a_readable_one(fakecuda, tmp_path):
+    target = start_waiting_target(fakecuda)
+    try:
+        clean = tmp_path / "term.ca"
+        rec = record_pid(fakecuda, clean, target.pid)
+        wait_for_file(clean)
+        time.sleep(0.5)
+        rec.send_signal(signal.SIGTERM)
+        rec.communicate(timeout=30)
+        assert rec.returncode == 0
+        r = RunReader(clean)
+        assert r.clean and r.trailer["reason"] == "SIGTERM"
+
+        killed = tmp_path / "kill.ca"
+        rec = record_pid(fakecuda, killed, target.pid)
+        wait_for_file(killed)
+        time.sleep(1.0)      # > 4 flush intervals: header and clock chunks reach the file
+        rec.send_signal(signal.SIGKILL)
+        rec.communicate(timeout=30)
+        r = RunReader(killed)
+        assert not r.clean
+        assert r.truncated.startswith("truncated at byte ")
+        assert r.chunk_count >= 1
+        p = run_clockalign("info", str(killed))
+        assert p.returncode == 3
+        assert "truncated at byte" in p.stderr and "Traceback" not in p.stderr
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_bad_input_one_sentence_each(fakecuda, tmp_path):
+    p = run_clockalign("record", "--pid", "999999", "-o", str(tmp_path / "x.ca"), *BASE)
+    assert p.returncode != 0
+    assert p.stderr.strip() == "clockalign: process 999999 does not exist"
+
+    p = subprocess.run(clockalign_cmd("record", "--pid", "1", "-o", str(tmp_path / "y.ca")),
+                       capture_output=True, text=True, preexec_fn=lambda: os.setuid(65534))
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert "not root" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+        p = run_clockalign("record", "--pid", str(sleeper.pid), "-o", str(tmp_path / "z.ca"),
+                           *BASE, "--duration", "0.5", env=env)
+        from clockalign.capture.libcuda import resolve_like_loader
+        if resolve_like_loader(env)[0] is None:
+            assert p.returncode != 0 and "Traceback" not in p.stderr
+            assert f"process {sleeper.pid} has not loaded libcuda" in p.stderr
+            assert len(p.stderr.strip().splitlines()) == 1
+        else:   # a host with a driver: armed on the library it would load, with a notice
+            assert p.returncode == 0 and "has not loaded libcuda yet" in p.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+    p = run_clockalign("record", "-o", str(tmp_path / "w.ca"), *BASE, "--",
+                       "/nonexistent/cmd")
+    assert p.returncode != 0
+    assert p.stderr.strip() == "clockalign: command not found or not executable: /nonexistent/cmd"
