@@ -30,7 +30,7 @@ def command(file):
     real = m.get("clocks", {}).get("REALTIME")
     when = datetime.datetime.fromtimestamp(real / 1e9, datetime.timezone.utc).isoformat() \
         if real else "?"
-    click.echo(f"file      {file} ({r.size} bytes, format v{1}, {r.chunk_count} chunks)")
+    click.echo(f"file      {file} ({r.size} bytes, format v{r.version}, {r.chunk_count} chunks)")
     click.echo(f"state     {'clean' if r.clean else r.truncated}")
     click.echo(f"host      {m.get('host')}  kernel {m.get('kernel')}  driver {m.get('driver')}")
     click.echo(f"started   {when}  mode {m.get('mode')}")

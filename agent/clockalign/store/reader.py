@@ -38,6 +38,7 @@ class RunReader:
         if len(data) < HEADER.size or data[:8] != MAGIC:
             raise NotARunFile(f"{self.path} is not a clockalign run (no CLKALIGN header)")
         magic, version, _, meta_len = HEADER.unpack_from(data, 0)
+        self.version = version
         if version != FORMAT_VERSION:
             raise UnsupportedVersion(
                 f"{self.path} is run-file format version {version}; this clockalign reads "

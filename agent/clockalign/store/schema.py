@@ -114,7 +114,10 @@ TASK_STATES = {0: "R", 1: "S", 2: "D", 4: "T", 8: "t", 16: "X", 32: "Z", 64: "P"
 
 
 def task_state_name(prev_state: int) -> str:
+    """sched_switch prev_state as ps letters; "R+" is a preemption (TASK_REPORT_MAX)."""
     if prev_state == 0:
         return "R"
+    if prev_state >= 0x100:
+        return "R+"
     letters = "".join(v for bit, v in TASK_STATES.items() if bit and prev_state & bit)
     return letters or str(prev_state)
