@@ -11,8 +11,6 @@ import time
 
 import pytest
 
-HERE = os.path.dirname(__file__)
-FAKE = os.path.join(HERE, "fakecuda")
 
 
 def _missing():
@@ -41,11 +39,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def fakecuda(tmp_path_factory):
     """Build dir with libcuda.so.1 (fake) and the known-count target."""
+    from clockalign.faults.standin import build
     d = tmp_path_factory.mktemp("fakecuda")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", "-o",
-                    str(d / "libcuda.so.1"), os.path.join(FAKE, "libcuda.c")], check=True)
-    subprocess.run(["gcc", "-O1", "-o", str(d / "target"), os.path.join(FAKE, "target.c"),
-                    "-ldl", "-lpthread"], check=True)
+    build(str(d))
     return d
 
 

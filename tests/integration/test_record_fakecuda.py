@@ -9,16 +9,14 @@ import time
 import numpy as np
 import pytest
 
+from clockalign.faults.check import cuda_counts
+from clockalign.faults.standin import EXPECTED_CALLS
 from clockalign.store.decode import event_dicts
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import CUDA_FN_BY_NAME, Kind
 
 from .conftest import clockalign_cmd, run_clockalign, wait_for_file
 
-EXPECTED_CALLS = {"cuLaunchKernel": 12, "cuLaunchKernelEx": 11, "cuMemAlloc_v2": 5,
-                  "cuMemFree_v2": 3, "cuMemcpyHtoD_v2": 2, "cuMemcpyDtoH_v2": 2,
-                  "cuMemcpyAsync": 1, "cuStreamSynchronize": 2, "cuCtxSynchronize": 1,
-                  "cuEventSynchronize": 1}
 BASE = ["--counters", "none", "--no-gpu-clock", "--quiet"]
 
 
@@ -39,16 +37,6 @@ def listener():
     closed.close()            # nothing listens there now: ECONNREFUSED
     yield s.getsockname()[1], closed_port
     s.close()
-
-
-def cuda_counts(ev):
-    cuda = ev[ev["kind"] == Kind.CUDA]
-    out = {}
-    for name, fid in CUDA_FN_BY_NAME.items():
-        n = int(np.sum(cuda["code"] == fid))
-        if n:
-            out[name] = n
-    return out
 
 
 def check_workload(ev, info, burst=0):

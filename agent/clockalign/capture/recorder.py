@@ -45,6 +45,7 @@ class RecordOptions:
     gpu_clock_period: float = 1.0
     gpu_clock_pings: int = 64
     status: bool = None               # default: on when stderr is a TTY
+    env: dict = None                  # environment of a spawned command (default: ours)
 
 
 def _now():
@@ -150,7 +151,7 @@ class Recorder:
         if not os.access(out_dir, os.W_OK):
             raise ClockalignError(f"cannot write {o.output}: directory {out_dir} is not writable")
         self.gpus, self.gpu_why = _gpu_inventory()
-        env = dict(os.environ)
+        env = dict(o.env if o.env is not None else os.environ)
         if o.command:
             self.child = targets.HeldChild(o.command, env)
             tgids = [self.child.pid]

@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from .. import __version__
 from ..errors import ClockalignError
 
 # module name under clockalign.cli -> each exposes ``command`` (a click.Command)
@@ -34,7 +35,7 @@ def _load(name):
 
 
 @click.command(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="clockalign")
+@click.version_option(version=__version__, prog_name="clockalign")
 def cli():
     """clockalign: CUDA calls, context switches, connect(), GPU counters and faults on one
     clock, each timestamp with its uncertainty."""

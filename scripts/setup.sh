@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Set up clockalign on a Debian/Ubuntu host; safe to run again (each step checks first).
+#   sudo scripts/setup.sh            # OS packages, kernel headers, tracefs, .venv, /usr/local/bin/clockalign
+# BCC comes from the OS package python3-bpfcc (the PyPI package "bcc" is unrelated).
+# Where no headers match the running kernel, the newest distro headers are linked at
+# /lib/modules/$(uname -r)/build (and -common at .../source), and this script says so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+say() { echo "setup: $*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: run as root (sudo scripts/setup.sh): it installs OS packages" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+KREL=$(uname -r)
+
+need=()
+for pkg in python3-bpfcc python3-venv python3-pip gcc libc6-dev; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
+done
+have_headers() { [ -e "/lib/modules/$KREL/build/include/linux/kconfig.h" ] || [ -e "/lib/modules/$KREL/build/Makefile" ]; }
+if ! have_headers; then
+    if apt-cache show "linux-headers-$KREL" >/dev/null 2>&1 || { apt-get update -qq && apt-cache show "linux-headers-$KREL" >/dev/null 2>&1; }; then
+        need+=("linux-headers-$KREL")
+    else
+        dpkg-query -W -f='${Status}' linux-headers-amd64 2>/dev/null | grep -q "ok installed" || need+=(linux-headers-amd64)
+    fi
+fi
+if [ ${#need[@]} -gt 0 ]; then
+    say "installing ${need[*]}"
+    apt-get update -qq
+    apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ! have_headers; then
+    build=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -1 || true)
+    common=$(ls -d /usr/src/linux-headers-*-common 2>/dev/null | sort -V | tail -1 || true)
+    if [ -z "$build" ]; then
+        echo "setup: no kernel headers for $KREL and no distro headers to fall back on" >&2
+        exit 1
+    fi
+    mkdir -p "/lib/modules/$KREL"
+    ln -sfn "$build" "/lib/modules/$KREL/build"
+    [ -n "$common" ] && ln -sfn "$common" "/lib/modules/$KREL/source"
+    say "no headers match kernel $KREL: linked the newest distro headers $build (and $common);"
+    say "  enough for tracepoints and uprobes, which read no kernel structs"
+fi
+
+if [ ! -d /sys/kernel/tracing/events ]; then
+    mount -t tracefs nodev /sys/kernel/tracing && say "mounted tracefs at /sys/kernel/tracing"
+fi
+
+PY=/usr/bin/python3
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import bcc" 2>/dev/null; then
+    rm -rf .venv
+    "$PY" -m venv --system-site-packages .venv
+    say "created .venv (sees the OS's BCC)"
+fi
+extras="test"
+if [ -e /dev/nvidiactl ] || [ -e /dev/nvidia0 ]; then extras="test,gpu"; fi
+stamp=".venv/.clockalign-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]"
+    touch "$stamp"
+fi
+ln -sfn "$ROOT/.venv/bin/clockalign" /usr/local/bin/clockalign
+say "ready: $(.venv/bin/clockalign --version) at /usr/local/bin/clockalign (sudo clockalign ... works)"
