@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The GPU-host measurements behind results/*-gpu.md, in two stages (each fits one device call).
+#   scripts/gpu_session.sh record OUTDIR   # bundle install, doctor, demo (reference workload),
+#                                          # faults run, idle/busy counters, NVML capture, GPU tests
+#   scripts/gpu_session.sh align OUTDIR    # 5-minute recording with a co-running workload + probe cost
+# Needs root, the offline bundle at .bundle/ (scripts/make_bundle.sh) and python3 with torch.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+stage=$1
+out=$2
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+log() { echo "== $* ($(date -u +%T))"; }
+scripts/install_bundle.sh > "$out/install.txt" 2>&1 || { cat "$out/install.txt"; exit 1; }
+. /opt/clockalign-bcc/env.sh
+{ uname -a; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; python3 -c 'import torch,sys; print(sys.version, torch.__version__)'; } > "$out/host.txt" 2>&1
+
+if [ "$stage" = record ]; then
+    log doctor;   clockalign doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.txt"
+    log demo;     clockalign demo -o "$out/demo" > "$out/demo.txt" 2>&1; tail -30 "$out/demo.txt"
+    clockalign info "$out/demo/demo.ca" > "$out/demo-info.txt" 2>&1
+    clockalign dump "$out/demo/demo.ca" > "$out/demo-dump.jsonl" 2>&1
+    log faults
+    clockalign record -o "$out/faults.ca" --counter-interval 0.02 --quiet -- \
+        python3 scripts/gpu_faults_run.py --out "$out/faults.json" > "$out/faults-record.txt" 2>&1
+    clockalign faults "$out/faults.ca" > "$out/faults.txt" 2>&1; tail -40 "$out/faults.txt"
+    dmesg 2>/dev/null | grep -i xid | tail -5 > "$out/dmesg-xid.txt"
+    log idle;     clockalign record -o "$out/idle.ca" --no-cuda --quiet -- sleep 5 > "$out/idle.txt" 2>&1
+    log busy
+    clockalign record -o "$out/busy.ca" --quiet -- python3 -c "
+import torch,time
+a=torch.randn(8192,8192,device='cuda',dtype=torch.bfloat16); t=time.time()
+while time.time()-t<6: a@a
+torch.cuda.synchronize()" > "$out/busy.txt" 2>&1
+    log nvml;     python3 scripts/capture_nvml_testdata.py --out "$out/nvml" > "$out/nvml.txt" 2>&1; tail -5 "$out/nvml.txt"
+    log gputests; python3 -m pytest -q -ra tests/gpu tests/unit -p no:cacheprovider > "$out/pytest-gpu.txt" 2>&1; tail -15 "$out/pytest-gpu.txt"
+elif [ "$stage" = align ]; then
+    log align-record
+    clockalign record -o "$out/align.ca" --duration 300 --gpu-clock-period 0.25 --quiet -- python3 -c "
+import torch,time
+a=torch.randn(4096,4096,device='cuda',dtype=torch.bfloat16); n=0; t=time.time()
+while time.time()-t<310:
+    for _ in range(20): a@a
+    torch.cuda.synchronize(); n+=20
+print('matmuls', n)" > "$out/align-record.txt" 2>&1; tail -3 "$out/align-record.txt"
+    clockalign info "$out/align.ca" > "$out/align-info.txt" 2>&1
+    python3 scripts/extract_sandwiches.py "$out/align.ca" "$out" >> "$out/align-record.txt" 2>&1
+    log probe-cost
+    python3 scripts/probe_cost.py --seconds 120 --interval 5 --gpu-period 0.25 --out "$out/cost" > "$out/cost.txt" 2>&1; tail -8 "$out/cost.txt"
+    rm -f "$out/align.ca.xz"; xz -T4 -k "$out/align.ca"
+fi
+log pack
+tar -C "$out" --exclude=align.ca --exclude=standin -cJf "$out.tar.xz" . && ls -la "$out.tar.xz"
