@@ -1,0 +1,350 @@
+"""Timeline: one run file with every clock domain put on MONOTONIC.
+
+BPF events are already on MONOTONIC; counter samples (REALTIME) and GPU clocks are mapped
+through the alignment models of clockalign.align, each mapped time with its uncertainty.
+
+    tl = Timeline.open("run.ca")
+    for ev in tl.iter_events(kinds=["cuda"], window=(tl.start_ns, tl.start_ns + 10**9)):
+        ...
+    c = tl.counters(fields=["sm_clock"])
+    for f in tl.faults(): print(f.kind, f.name, f.t_ns, f.unc_ns)
+"""
+import re
+
+import numpy as np
+
+from ..errors import ClockalignError
+from ..store.counter_fields import FIELD_BY_NAME, FIELDS
+from ..store.reader import RunReader
+from ..store.schema import Chunk, Kind
+from .events import TIMELINE_DTYPE, decode_comm, decode_xid, select, to_timeline
+
+COUNTER_DTYPE = np.dtype([
+    ("gpu", "u1"),
+    ("field", "<u2"),
+    ("t_ns", "<i8"),
+    ("unc_ns", "<i8"),
+    ("value", "<f8"),
+    ("window_ns", "<i8"),
+])
+
+REFERENCE = "MONOTONIC"
+
+_PCI = re.compile(r"(?:([0-9a-fA-F]+):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.([0-7]))?$")
+
+
+def _pci_key(name):
+    """'0000:18:00.0', NVML's '00000000:18:00.0' and the Xid log's '0000:18:00' ->
+    (0, 0x18, 0, 0); None if not a PCI address."""
+    m = _PCI.search(str(name).strip()) if name else None
+    if not m:
+        return None
+    dom = int(m.group(1), 16) if m.group(1) else 0
+    return dom, int(m.group(2), 16), int(m.group(3), 16), int(m.group(4) or 0)
+
+
+class Timeline:
+    """Query API over one run (see docs/timeline-api.md for the contract)."""
+
+    def __init__(self, reader: RunReader, models: dict = None):
+        self.reader = reader
+        self.path = reader.path
+        self.meta = reader.meta
+        self.truncated = reader.truncated
+        self._models = models
+        self._index = None
+        self._faults = None
+        self._gpu_events = None
+        self._fit_error = None
+        self.notes = []
+
+    @classmethod
+    def open(cls, path, models: dict = None) -> "Timeline":
+        """Read ``path`` (NotARunFile / UnsupportedVersion raised here; a truncated file
+        opens, with ``truncated`` set).  ``models`` overrides align.fit_run (tests)."""
+        return cls(RunReader(path), models)
+
+    # ------------------------------------------------------------------ clocks
+    @property
+    def models(self) -> dict:
+        """{domain: model} fitted by clockalign.align.fit_run (empty if the run has no
+        clock samples, or if this installation has no align module)."""
+        if self._models is None:
+            try:
+                from ..align import fit_run
+            except ImportError:
+                self._models = {}
+                self.notes.append("clockalign.align.fit_run is not available: only MONOTONIC "
+                                  "stamps are usable, other domains are not mapped")
+            else:
+                try:
+                    self._models = dict(fit_run(self.reader) or {})
+                except ClockalignError as e:
+                    # BPF stamps are MONOTONIC already: faults and events stay usable
+                    self._models = {}
+                    self._fit_error = str(e)
+                    self.notes.append(f"clock fit failed ({e}): no domain is mapped")
+        return self._models
+
+    def map(self, domain: str, remote_ns, stamp_unc_ns=None):
+        """Map timestamps of ``domain`` onto MONOTONIC -> (t_ns int64, unc_ns int64).
+
+        ``stamp_unc_ns`` is how uncertain the remote stamps are themselves (added to the
+        model's own uncertainty).  Scalars in, scalars out; arrays in, arrays out.
+        """
+        scalar = np.ndim(remote_ns) == 0
+        remote = np.atleast_1d(np.asarray(remote_ns, dtype=np.int64))
+        stamp = None if stamp_unc_ns is None else np.broadcast_to(
+            np.asarray(stamp_unc_ns, dtype=np.int64), remote.shape)
+        if domain == REFERENCE:
+            t = remote.copy()
+            u = np.zeros_like(t) if stamp is None else np.array(stamp, dtype=np.int64)
+        else:
+            model = self.models.get(domain)
+            if model is None:
+                if self._fit_error:
+                    raise ClockalignError(f"cannot map {domain} times of {self.path}: the clock "
+                                          f"fit failed ({self._fit_error})")
+                have = ", ".join(sorted(self.models)) or "none"
+                raise ClockalignError(f"{self.path} has no {domain} clock samples to map with "
+                                      f"(domains fitted: {have})")
+            t, u = model.map(remote, stamp_unc_ns=stamp)
+            t = np.asarray(t, dtype=np.int64)
+            u = np.asarray(u, dtype=np.int64)
+        if scalar:
+            return int(t[0]), int(u[0])
+        return t, u
+
+    # ------------------------------------------------------------------ index pass
+    def _ensure_index(self):
+        """One pass over the events: span of the run and thread names."""
+        if self._index is not None:
+            return self._index
+        lo, hi = None, None
+        names = {}   # tid -> [(t, comm)]
+        pids = {}
+        for row in self.reader.rows(Chunk.THREADS):
+            tid = int(row["tid"])
+            names.setdefault(tid, []).append((int(row.get("t_ns") or 0), str(row["comm"])))
+            pids[tid] = int(row["pid"])
+        name_kinds = np.array([Kind.THREAD_NEW, Kind.THREAD_NAME], dtype=np.uint16)
+        for ev in self.reader.iter_events():
+            if not len(ev):
+                continue
+            ts = ev["ts"].astype(np.int64)
+            end = ts + ev["dur"].astype(np.int64)
+            lo = int(ts.min()) if lo is None else min(lo, int(ts.min()))
+            hi = int(end.max()) if hi is None else max(hi, int(end.max()))
+            for e in ev[np.isin(ev["kind"], name_kinds)]:
+                tid = int(e["tid"])
+                names.setdefault(tid, []).append((int(e["ts"]), decode_comm(e["data"])))
+                pids[tid] = int(e["pid"])
+            for e in ev[ev["kind"] == Kind.THREAD_EXIT]:
+                pids.setdefault(int(e["tid"]), int(e["pid"]))
+                tid = int(e["tid"])
+                if tid not in names:   # a thread seen only as it exited: its comm then
+                    names[tid] = [(int(e["ts"]), decode_comm(e["data"]))]
+        for ctype in (Chunk.CPU_CLOCK, Chunk.GPU_CLOCK):
+            for cols in self.reader.iter_columns(ctype):
+                if "t0" in cols and len(cols["t0"]):
+                    lo = int(cols["t0"].min()) if lo is None else min(lo, int(cols["t0"].min()))
+                    hi = int(cols["t1"].max()) if hi is None else max(hi, int(cols["t1"].max()))
+        v = (self.meta.get("clocks") or {}).get("MONOTONIC")   # the recorder's start snapshot
+        if isinstance(v, int) and v > 0:
+            lo = v if lo is None else min(lo, v)
+        if self.reader.trailer and isinstance(self.reader.trailer.get("t_ns"), int):
+            t = self.reader.trailer["t_ns"]
+            hi = t if hi is None else max(hi, t)
+        for tid in names:
+            names[tid].sort(key=lambda x: x[0])
+        if lo is None:
+            lo = hi if hi is not None else 0
+        self._index = {"start": lo, "end": hi if hi is not None else lo,
+                       "names": names, "pids": pids}
+        return self._index
+
+    @property
+    def start_ns(self) -> int:
+        """MONOTONIC time of the first thing recorded (0 for a run with nothing in it)."""
+        return self._ensure_index()["start"]
+
+    @property
+    def end_ns(self) -> int:
+        """MONOTONIC time of the last thing recorded (the trailer if the run ended cleanly)."""
+        return self._ensure_index()["end"]
+
+    @property
+    def threads(self) -> dict:
+        """{tid: comm}: the last name each thread had in the run."""
+        return {tid: hist[-1][1] for tid, hist in self._ensure_index()["names"].items()}
+
+    @property
+    def thread_pids(self) -> dict:
+        """{tid: pid (tgid)} for every thread seen by name."""
+        return dict(self._ensure_index()["pids"])
+
+    def thread_name(self, tid, t_ns=None):
+        """The thread's name at ``t_ns`` (its first known name if it was renamed later;
+        its last name when t_ns is None); None if the thread was never named."""
+        hist = self._ensure_index()["names"].get(int(tid)) if tid is not None else None
+        if not hist:
+            return None
+        if t_ns is None:
+            return hist[-1][1]
+        name = hist[0][1]
+        for t, comm in hist:
+            if t <= t_ns:
+                name = comm
+            else:
+                break
+        return name
+
+    # ------------------------------------------------------------------ events
+    def iter_events(self, kinds=None, window=None, tids=None):
+        """Yield TIMELINE_DTYPE arrays, one per EVENTS chunk (file order, bounded memory)."""
+        for ev in self.reader.iter_events():
+            tev = to_timeline(ev)
+            keep = select(tev, kinds, window, tids)
+            if keep.any():
+                yield tev[keep]
+
+    def events(self, kinds=None, window=None, tids=None, gpu=None) -> np.ndarray:
+        """All matching events as one TIMELINE_DTYPE array sorted by t_ns.
+
+        ``gpu=n`` keeps only events that name a device, i.e. XID events of GPU n (CUDA
+        events do not say which device a call went to).
+        """
+        parts = list(self.iter_events(kinds, window, tids))
+        ev = np.concatenate(parts) if parts else np.zeros(0, dtype=TIMELINE_DTYPE)
+        if gpu is not None:
+            keep = np.zeros(len(ev), dtype=bool)
+            for i in np.flatnonzero(ev["kind"] == Kind.XID):
+                keep[i] = self.gpu_of_pci(decode_xid(ev["data"][i])[0]) == int(gpu)
+            ev = ev[keep]
+        return ev[np.argsort(ev["t_ns"], kind="stable")]
+
+    # ------------------------------------------------------------------ GPUs
+    def gpu_of_pci(self, name):
+        """NVML index of the GPU at PCI address ``name`` (from the header's gpu list); if
+        the run saw exactly one GPU that one; None if unknown."""
+        gpus = self.meta.get("gpus") or []
+        key = _pci_key(name)
+        if key is not None:
+            for i, g in enumerate(gpus):
+                if not isinstance(g, dict):
+                    continue
+                for k, v in g.items():
+                    if "pci" in str(k).lower() and _pci_key(v) == key:
+                        return int(g.get("index", i))
+        if len(gpus) == 1:
+            g = gpus[0]
+            return int(g.get("index", 0)) if isinstance(g, dict) else 0
+        return None
+
+    def gpu_events(self) -> list:
+        """GPU_EVENTS rows (NVML/DCGM, stamped on receipt) with ``t_ns``/``unc_ns`` on
+        MONOTONIC and the ``domain`` the time came from."""
+        if self._gpu_events is not None:
+            return self._gpu_events
+        out = []
+        for row in self.reader.rows(Chunk.GPU_EVENTS):
+            r = dict(row)
+            unc = int(r.get("unc_ns") or 0)
+            if r.get("t_mono_ns") is not None:
+                r["t_ns"], r["unc_ns"], r["domain"] = int(r["t_mono_ns"]), unc, REFERENCE
+            elif r.get("t_real_ns") is not None and "REALTIME" in self.models:
+                r["t_ns"], r["unc_ns"] = self.map("REALTIME", int(r["t_real_ns"]), unc)
+                r["domain"] = "REALTIME"
+            elif r.get("recv_mono_ns") is not None:
+                # no REALTIME model: the receipt, no earlier than the event itself
+                r["t_ns"], r["unc_ns"], r["domain"] = int(r["recv_mono_ns"]), unc, "receipt"
+            else:
+                continue
+            out.append(r)
+        self._gpu_events = out
+        return out
+
+    # ------------------------------------------------------------------ counters
+    def counters(self, gpu=None, fields=None) -> np.ndarray:
+        """Counter samples on MONOTONIC: COUNTER_DTYPE (gpu, field, t_ns, unc_ns, value,
+        window_ns), sorted by (gpu, field, t_ns).  ``fields``: ids or names.
+
+        t_real_ns goes through the REALTIME model with the sample's latency_ns as its stamp
+        uncertainty.  With no REALTIME model the time is the receipt (recv_mono_ns), and
+        unc_ns covers how much older than its receipt the sample was by its own REALTIME
+        stamps (relative to the freshest sample) plus latency_ns; see ``notes``.
+        """
+        want = None
+        if fields is not None:
+            if isinstance(fields, (int, str)):
+                fields = [fields]
+            want = []
+            for f in fields:
+                if isinstance(f, str):
+                    if f not in FIELD_BY_NAME:
+                        raise ValueError(f"unknown counter field {f!r}")
+                    want.append(FIELD_BY_NAME[f])
+                else:
+                    want.append(int(f))
+        parts = []
+        for cols in self.reader.iter_columns(Chunk.COUNTERS):
+            keep = np.ones(len(cols["gpu"]), dtype=bool)
+            if gpu is not None:
+                keep &= cols["gpu"] == int(gpu)
+            if want is not None:
+                keep &= np.isin(cols["field"], np.asarray(want, dtype=np.uint16))
+            if keep.any():
+                parts.append({k: np.asarray(v)[keep] for k, v in cols.items()})
+        out = np.zeros(sum(len(p["gpu"]) for p in parts), dtype=COUNTER_DTYPE)
+        if not len(out):
+            return out
+        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        latency = cols["latency_ns"].astype(np.int64)
+        t_real = cols["t_real_ns"].astype(np.int64)
+        if "REALTIME" in self.models:
+            t, u = self.map("REALTIME", t_real, latency)
+        else:
+            recv = cols["recv_mono_ns"].astype(np.int64)
+            age = np.maximum(recv - t_real - self._freshest_receipt(), 0)
+            t, u = recv, age + latency
+            note = ("no REALTIME clock samples: counter times are receipt times (recv_mono_ns); "
+                    "their uncertainty is the sample's age at receipt relative to the freshest "
+                    "sample plus its latency, and excludes the freshest sample's own delay")
+            if note not in self.notes:
+                self.notes.append(note)
+        out["gpu"] = cols["gpu"]
+        out["field"] = cols["field"]
+        out["t_ns"] = t
+        out["unc_ns"] = u
+        out["value"] = cols["value"]
+        out["window_ns"] = cols["window_ns"]
+        return out[np.lexsort((out["t_ns"], out["field"], out["gpu"]))]
+
+    def _freshest_receipt(self) -> int:
+        """min(recv_mono_ns - t_real_ns) over every counter row of the run (mixed clocks:
+        only differences from it mean something)."""
+        lo = None
+        for cols in self.reader.iter_columns(Chunk.COUNTERS):
+            d = cols["recv_mono_ns"].astype(np.int64) - cols["t_real_ns"].astype(np.int64)
+            if len(d):
+                lo = int(d.min()) if lo is None else min(lo, int(d.min()))
+        return lo or 0
+
+    @staticmethod
+    def field_name(fid: int) -> str:
+        return FIELDS.get(int(fid), (f"field {int(fid)}",))[0]
+
+    # ------------------------------------------------------------------ faults
+    def faults(self, kinds=None) -> list:
+        """Faults of every source, merged (one Xid seen twice is one Fault), time order.
+
+        ``kinds``: keep only these fault kinds ('cuda_error', 'xid', ...).
+        """
+        if self._faults is None:
+            from .faults import find_faults
+            self._faults = find_faults(self)
+        if kinds is None:
+            return list(self._faults)
+        if isinstance(kinds, str):
+            kinds = [kinds]
+        return [f for f in self._faults if f.kind in set(kinds)]
