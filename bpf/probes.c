@@ -28,6 +28,9 @@
 BPF_RINGBUF_OUTPUT(events, CA_RING_PAGES);
 BPF_HASH(targets, u32, u8, CA_MAX_TARGETS);
 BPF_PERCPU_ARRAY(drops, u64, CA_NKINDS);
+/* tid -> tgid of target threads seen (switch-out, clone), so a signal aimed at a thread
+ * finds its process without reading task_struct */
+BPF_HASH(tid_tgid, u32, u32, CA_MAX_THREADS);
 
 static __always_inline int is_target(u32 tgid)
 {
@@ -272,6 +275,7 @@ TRACEPOINT_PROBE(sched, sched_switch)
     u32 prev = args->prev_pid, next = args->next_pid;
     u32 tgid = bpf_get_current_pid_tgid() >> 32;   /* current is still prev here */
     if (prev != 0 && is_target(tgid)) {
+        tid_tgid.update(&prev, &tgid);
         struct off_val o = {.ts = now, .state = args->prev_state, .tgid = tgid, .cpu = cpu};
         if (offcpu.update(&prev, &o))
             count_drop(CA_DROP_MAP_FULL);
@@ -324,6 +328,7 @@ TRACEPOINT_PROBE(sched, sched_process_fork)
     if (!is_target(tgid))
         return 0;
     u32 child = args->child_pid;
+    tid_tgid.update(&child, &tgid);   /* a forked process's tgid is fixed at its first switch */
 #ifdef CA_FOLLOW_CHILDREN
     /* a thread's tid never equals another process's tgid, so adding every child is safe */
     u8 one = 1;
@@ -366,6 +371,8 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     u64 pt = bpf_get_current_pid_tgid();
     if (!is_target(pt >> 32))
         return 0;
+    u32 tid = (u32)pt;
+    tid_tgid.delete(&tid);
     struct ca_event *e = reserve(CA_KIND_THREAD_EXIT);
     if (!e)
         return 0;
@@ -394,15 +401,19 @@ TRACEPOINT_PROBE(syscalls, sys_enter_exit_group)
 
 TRACEPOINT_PROBE(signal, signal_generate)
 {
-    u32 pid = args->pid;
-    if (!is_target(pid))
-        return 0;
+    u32 tid = args->pid, tgid = tid;
+    if (!is_target(tgid)) {
+        u32 *t = tid_tgid.lookup(&tid);
+        if (!t || !is_target(*t))
+            return 0;
+        tgid = *t;
+    }
     struct ca_event *e = reserve(CA_KIND_SIGNAL);
     if (!e)
         return 0;
     e->ts = bpf_ktime_get_ns();
-    e->pid = pid;
-    e->tid = pid;
+    e->pid = tgid;
+    e->tid = tid;
     e->ret = args->sig;
     e->code = (u16)args->result;
     e->a[0] = bpf_get_current_pid_tgid() >> 32;
