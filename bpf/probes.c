@@ -195,6 +195,8 @@ int enter_cuStreamSynchronize_ptsz(struct pt_regs *ctx) { return cuda_enter(17, 
 int return_cuStreamSynchronize_ptsz(struct pt_regs *ctx) { return cuda_return(ctx, 17, 0); }
 int enter_cuMemAllocAsync_ptsz(struct pt_regs *ctx) { return cuda_enter(18, P1, P2, P3, 0, 0); }
 int return_cuMemAllocAsync_ptsz(struct pt_regs *ctx) { return cuda_return(ctx, 18, 1); }
+int enter_cuCtxSynchronize_v2(struct pt_regs *ctx) { return cuda_enter(19, P1, 0, 0, 0, 0); }
+int return_cuCtxSynchronize_v2(struct pt_regs *ctx) { return cuda_return(ctx, 19, 0); }
 #endif /* CA_CUDA */
 
 /* ------------------------------------------------------------------ connect() */

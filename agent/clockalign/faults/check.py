@@ -47,8 +47,8 @@ def check_reference_gpu(ev, w: dict):
     ok_retry = int(np.sum((allocs["ret"] == 0) & (allocs["a1"] >= w["retry_bytes"])))
     rows.append(("successful retry allocation after the OOM", 1, ok_retry, ok_retry >= 1))
     sync = cuda_counts(ev, pid, ph["sync"])
-    seen = sync.get("cuCtxSynchronize", 0)
-    rows.append(("cuCtxSynchronize in the sync loop", w["syncs"], seen, seen == w["syncs"]))
+    seen = _count(sync, ("cuCtxSynchronize", "cuCtxSynchronize_v2"))
+    rows.append(("cuCtxSynchronize(_v2) in the sync loop", w["syncs"], seen, seen == w["syncs"]))
     conns = ev[(ev["kind"] == Kind.CONNECT) & (ev["pid"] == pid)]
     conns = conns[(conns["ts"] >= ph["connect"][0]) & (conns["ts"] <= ph["connect"][1])]
     refused = int(np.sum(conns["ret"] == -errno.ECONNREFUSED))

@@ -74,6 +74,8 @@ CUDA_FUNCTIONS = {
     16: ("cuMemcpyAsync_ptsz", ("dst", "src", "bytes", "stream", "")),
     17: ("cuStreamSynchronize_ptsz", ("stream", "", "", "", "")),
     18: ("cuMemAllocAsync_ptsz", ("dptr", "bytes", "stream", "", "")),
+    # CUDA 12.9+/13: what the runtime's cudaDeviceSynchronize may reach instead of the v1
+    19: ("cuCtxSynchronize_v2", ("ctx", "", "", "", "")),
 }
 CUDA_FN_BY_NAME = {name: fid for fid, (name, _) in CUDA_FUNCTIONS.items()}
 
