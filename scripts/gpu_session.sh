@@ -2,7 +2,8 @@
 # The GPU-host measurements behind results/*-gpu.md, in two stages (each fits one device call).
 #   scripts/gpu_session.sh record OUTDIR   # bundle install, doctor, demo (reference workload),
 #                                          # faults run, idle/busy counters, NVML capture, GPU tests
-#   scripts/gpu_session.sh align OUTDIR    # 5-minute recording with a co-running workload + probe cost
+#   scripts/gpu_session.sh align OUTDIR    # demo again, NVML capture, a 5-minute recording with a
+#                                          # co-running workload, probe cost
 # Needs root, the offline bundle at .bundle/ (scripts/make_bundle.sh) and python3 with torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,9 @@ torch.cuda.synchronize()" > "$out/busy.txt" 2>&1
     log nvml;     python3 scripts/capture_nvml_testdata.py --out "$out/nvml" > "$out/nvml.txt" 2>&1; tail -5 "$out/nvml.txt"
     log gputests; python3 -m pytest -q -ra tests/gpu tests/unit -p no:cacheprovider > "$out/pytest-gpu.txt" 2>&1; tail -15 "$out/pytest-gpu.txt"
 elif [ "$stage" = align ]; then
+    log demo;     clockalign demo -o "$out/demo" > "$out/demo.txt" 2>&1; grep -E "ok  |DIFF" "$out/demo.txt"
+    clockalign dump "$out/demo/demo.ca" > "$out/demo-dump.jsonl" 2>&1
+    log nvml;     timeout 60 python3 scripts/capture_nvml_testdata.py --out "$out/nvml" > "$out/nvml.txt" 2>&1; tail -3 "$out/nvml.txt"
     log align-record
     clockalign record -o "$out/align.ca" --duration 300 --gpu-clock-period 0.25 --quiet -- python3 -c "
 import torch,time
@@ -46,7 +50,7 @@ print('matmuls', n)" > "$out/align-record.txt" 2>&1; tail -3 "$out/align-record.
     clockalign info "$out/align.ca" > "$out/align-info.txt" 2>&1
     python3 scripts/extract_sandwiches.py "$out/align.ca" "$out" >> "$out/align-record.txt" 2>&1
     log probe-cost
-    python3 scripts/probe_cost.py --seconds 120 --interval 5 --gpu-period 0.25 --out "$out/cost" > "$out/cost.txt" 2>&1; tail -8 "$out/cost.txt"
+    python3 scripts/probe_cost.py --seconds 100 --interval 5 --gpu-period 0.25 --out "$out/cost" > "$out/cost.txt" 2>&1; tail -8 "$out/cost.txt"
     rm -f "$out/align.ca.xz"; xz -T4 -k "$out/align.ca"
 fi
 log pack
