@@ -1,0 +1,483 @@
+"""One GPU's %globaltimer against CLOCK_MONOTONIC: ping-pong and launch+sync sandwiches.
+
+The recorder opens its OWN CUDA context on each probed GPU (the device's primary context
+in this process; the target runs in another process), loads the hand-written PTX in
+ptx/globaltimer.ptx with cuModuleLoadData, and talks to one-thread kernels through mapped
+pinned host memory:
+
+- ping-pong (method 1): a short-lived kernel spins on a request word; the host reads
+  MONOTONIC t0, writes a sequence number, spins until the kernel has answered with that
+  number and the %globaltimer value it read after seeing it, then reads t1.  So
+  t0 <= remote <= t1 holds causally.  The kernel ends after n answers, when asked to,
+  or after ``idle_timeout_ns`` with no request, so it never holds the GPU.
+- launch+sync (method 2, the fallback): t0, cuLaunchKernel of a kernel that stores
+  %globaltimer, cuStreamSynchronize, t1.  Wider (about 9 us on an H200 against 2 us).
+
+Every sandwich is returned raw; the align stage picks and fits.
+
+    clock = GpuClock(0); clock.open()
+    method, t0, remote, t1 = clock.burst(64)
+    clock.close()
+
+cuda-bindings is imported lazily: ``from cuda.bindings import driver`` (12.8 and later,
+13.x) or ``from cuda import cuda`` (older).  Every CUDA failure is a GpuClockError with one
+sentence; callers fall back or go on CPU-only.
+"""
+import ctypes
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ClockalignError
+
+PTX_PATH = Path(__file__).with_name("ptx") / "globaltimer.ptx"
+
+METHOD_PINGPONG = 1
+METHOD_LAUNCH_SYNC = 2
+METHOD_NAMES = {METHOD_PINGPONG: "ping-pong", METHOD_LAUNCH_SYNC: "launch+sync"}
+
+# Byte offsets in the mapped buffer; ptx/globaltimer.ptx uses the same numbers.
+REQ, RESP_SEQ, RESP_VAL, READY, EXIT = 0, 64, 72, 128, 136
+STAMP_SEQ, STAMP_VAL = 192, 200
+TICK = 4096
+TICK_MAX = 2048
+BUF_BYTES = 32768
+assert TICK + 8 * (TICK_MAX + 1) <= BUF_BYTES
+STOP = (1 << 64) - 1
+EXIT_REASONS = {1: "answered all", 2: "asked to stop", 3: "idle timeout"}
+
+MONOTONIC = time.CLOCK_MONOTONIC
+
+
+class GpuClockError(ClockalignError):
+    """CUDA is missing or failed while probing a GPU clock (one sentence)."""
+
+
+_driver = None
+
+
+def driver():
+    """The cuda-bindings driver module, new layout or old; GpuClockError if absent."""
+    global _driver
+    if _driver is None:
+        try:
+            from cuda.bindings import driver as cu
+        except ImportError:
+            try:
+                from cuda import cuda as cu
+            except ImportError:
+                raise GpuClockError("cuda-bindings is not installed "
+                                    "(pip install 'clockalign[gpu]' or pip install cuda-bindings)"
+                                    ) from None
+        _driver = cu
+    return _driver
+
+
+def bindings_version() -> str:
+    try:
+        import cuda.bindings
+        return cuda.bindings.__version__
+    except Exception:
+        try:
+            import cuda
+            return getattr(cuda, "__version__", "unknown")
+        except Exception:
+            return "unknown"
+
+
+def _err_text(err) -> str:
+    cu = driver()
+    name = getattr(err, "name", str(err))
+    try:
+        res, desc = cu.cuGetErrorString(err)
+        if int(res) == 0 and desc:
+            return f"{name} ({desc.decode(errors='replace')})"
+    except Exception:
+        pass
+    return name
+
+
+def _check(result, what: str):
+    """Unpack a cuda-bindings result tuple; raise GpuClockError on a CUresult != 0."""
+    err = result[0]
+    if int(err) != 0:
+        raise GpuClockError(f"{what} failed with {_err_text(err)}")
+    rest = result[1:]
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
+
+
+_inited = False
+
+
+def init_driver() -> int:
+    """cuInit once per process; returns the number of GPUs CUDA sees."""
+    global _inited
+    cu = driver()
+    if not _inited:
+        try:
+            res = cu.cuInit(0)
+        except Exception as e:
+            # cuda-bindings raises (not returns) when libcuda.so.1 itself cannot be loaded.
+            raise GpuClockError(
+                "the NVIDIA driver library libcuda.so.1 could not be loaded "
+                f"({type(e).__name__}); is the NVIDIA driver installed?") from None
+        err = res[0]
+        if int(err) == 100:  # CUDA_ERROR_NO_DEVICE
+            raise GpuClockError("no NVIDIA GPU is visible to CUDA (cuInit: CUDA_ERROR_NO_DEVICE)")
+        if int(err) == 35:  # CUDA_ERROR_INSUFFICIENT_DRIVER
+            raise GpuClockError(
+                f"the NVIDIA driver is older than cuda-bindings {bindings_version()} needs "
+                "(CUDA_ERROR_INSUFFICIENT_DRIVER); install a matching cuda-bindings")
+        _check(res, "cuInit")
+        _inited = True
+    return int(_check(cu.cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
+def gpu_clock_available(gpus=None) -> tuple:
+    """(True, what will be probed) or (False, one sentence saying why GPU clocks are off).
+
+    Cheap enough for ``clockalign doctor``: loads libcuda and counts devices, but makes no
+    context.
+    """
+    try:
+        count = init_driver()
+    except GpuClockError as e:
+        return False, str(e)
+    if count == 0:
+        return False, "no NVIDIA GPU is visible to CUDA (cuDeviceGetCount returned 0)"
+    if not PTX_PATH.is_file():
+        return False, f"the probe kernel {PTX_PATH} is missing from the installation"
+    wanted = list(range(count)) if gpus is None else [int(g) for g in gpus]
+    missing = [g for g in wanted if not 0 <= g < count]
+    if missing:
+        return False, (f"GPU{missing[0]} does not exist: CUDA sees {count} GPU(s), "
+                       f"numbered 0 to {count - 1}")
+    cu = driver()
+    names = []
+    for g in wanted:
+        try:
+            dev = _check(cu.cuDeviceGet(g), "cuDeviceGet")
+            name = _decode(_check(cu.cuDeviceGetName(256, dev), "cuDeviceGetName"))
+            names.append(f"GPU{g} {name}")
+        except GpuClockError as e:
+            return False, f"GPU{g}: {e}"
+    return True, "%globaltimer will be probed on " + ", ".join(names)
+
+
+def _decode(raw) -> str:
+    if isinstance(raw, bytes):
+        return raw.split(b"\0", 1)[0].decode(errors="replace")
+    return str(raw)
+
+
+def _uuid_text(uuid) -> str:
+    raw = getattr(uuid, "bytes", b"")
+    if isinstance(raw, str):
+        raw = raw.encode("latin-1")
+    h = bytes(raw).hex()
+    if len(h) != 32:
+        return ""
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+class _Params:
+    """Kernel arguments in numpy scalars plus the void** array cuLaunchKernel wants."""
+
+    def __init__(self, *spec):
+        self.vals = [np.zeros(1, dtype=dt) for dt in spec]
+        self.ptrs = np.array([v.ctypes.data for v in self.vals], dtype=np.uint64)
+
+    def set(self, *values):
+        for arr, v in zip(self.vals, values):
+            arr[0] = v
+        return self.ptrs.ctypes.data
+
+
+class GpuClock:
+    """%globaltimer of one GPU against MONOTONIC; every call from one thread.
+
+    ``burst(n)`` returns raw sandwiches (method, t0, remote, t1); ``tick_ns`` is the
+    observed resolution of %globaltimer (32 ns on an H200).
+    """
+
+    def __init__(self, ordinal: int, idle_timeout_ns: int = 50_000_000,
+                 ping_timeout_s: float = 0.02, ready_timeout_s: float = 0.5):
+        self.ordinal = int(ordinal)
+        self.domain = f"GPU{self.ordinal}"
+        self.idle_timeout_ns = int(idle_timeout_ns)
+        self.ping_timeout_s = ping_timeout_s
+        self.ready_timeout_s = ready_timeout_s
+        self.info = {"domain": self.domain, "ordinal": self.ordinal}
+        self.tick_ns = None
+        self.tick_gcd_ns = None
+        self.last_exit = None   # EXIT word of the last ping-pong kernel: (reason, answers)
+        self.last_note = None   # why the last ping-pong burst came back short, if it did
+        self.last_start_wait_ns = None  # launch to kernel running, last ping-pong burst
+        self._ctx = None
+        self._dev = None
+        self._mod = None
+        self._stream = None
+        self._host = 0
+        self._seq = 0
+        self._token = 0
+
+    # -- setup -------------------------------------------------------------------------
+    def open(self):
+        """Context, module, stream, mapped buffer; then measure the tick.  GpuClockError."""
+        cu = driver()
+        count = init_driver()
+        if not 0 <= self.ordinal < count:
+            raise GpuClockError(f"GPU{self.ordinal} does not exist: CUDA sees {count} GPU(s)")
+        where = f" on {self.domain}"
+        self._dev = _check(cu.cuDeviceGet(self.ordinal), "cuDeviceGet" + where)
+        name = _decode(_check(cu.cuDeviceGetName(256, self._dev), "cuDeviceGetName" + where))
+        self.info["device"] = name
+        try:
+            self.info["uuid"] = _uuid_text(_check(cu.cuDeviceGetUuid(self._dev), "cuDeviceGetUuid"))
+            self.info["pci_bus_id"] = _decode(_check(cu.cuDeviceGetPCIBusId(32, self._dev),
+                                                     "cuDeviceGetPCIBusId"))
+            self.info["cuda_driver_version"] = int(_check(cu.cuDriverGetVersion(),
+                                                          "cuDriverGetVersion"))
+        except GpuClockError:
+            pass
+        self.info["cuda_bindings"] = bindings_version()
+        can_map = _check(cu.cuDeviceGetAttribute(
+            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, self._dev),
+            "cuDeviceGetAttribute" + where)
+        if not can_map:
+            raise GpuClockError(f"{self.domain} ({name}) cannot map host memory, "
+                                "so its clock cannot be probed")
+        self._ctx = _check(cu.cuDevicePrimaryCtxRetain(self._dev),
+                           "cuDevicePrimaryCtxRetain" + where)
+        self._current()
+        # A NUL-terminated copy passed by address: every cuda-bindings version takes an int.
+        ptx = ctypes.create_string_buffer(PTX_PATH.read_bytes())
+        self._mod = _check(cu.cuModuleLoadData(ctypes.addressof(ptx)),
+                           "cuModuleLoadData of globaltimer.ptx" + where)
+        self._f_ping, self._f_stamp, self._f_tick = (
+            _check(cu.cuModuleGetFunction(self._mod, name), f"cuModuleGetFunction({name!r})")
+            for name in (b"ca_pingpong", b"ca_stamp", b"ca_tick"))
+        self._stream = _check(cu.cuStreamCreate(int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)),
+                              "cuStreamCreate" + where)
+        flags = (cu.CU_MEMHOSTALLOC_DEVICEMAP | cu.CU_MEMHOSTALLOC_PORTABLE)
+        self._host = int(_check(cu.cuMemHostAlloc(BUF_BYTES, flags), "cuMemHostAlloc" + where))
+        self._dptr = int(_check(cu.cuMemHostGetDevicePointer(self._host, 0),
+                                "cuMemHostGetDevicePointer" + where))
+        words = (ctypes.c_uint64 * (BUF_BYTES // 8)).from_address(self._host)
+        self._mem = np.ctypeslib.as_array(words)
+        self._mem[:] = 0
+        # ctypes words for the hot loop: each .value is one fresh 8-byte load or store.
+        at = ctypes.c_uint64.from_address
+        self._req, self._rseq, self._rval = at(self._host + REQ), at(self._host + RESP_SEQ), \
+            at(self._host + RESP_VAL)
+        self._ready, self._exit = at(self._host + READY), at(self._host + EXIT)
+        self._sseq, self._sval = at(self._host + STAMP_SEQ), at(self._host + STAMP_VAL)
+        self._p_ping = _Params(np.uint64, np.uint64, np.uint64, np.uint32, np.uint64)
+        self._p_stamp = _Params(np.uint64, np.uint64)
+        self._p_tick = _Params(np.uint64, np.uint32, np.uint32)
+        self.measure_tick()
+        self.info["tick_ns"] = self.tick_ns
+        self.info["tick_gcd_ns"] = self.tick_gcd_ns
+        return self
+
+    def _current(self):
+        _check(driver().cuCtxSetCurrent(self._ctx), f"cuCtxSetCurrent on {self.domain}")
+
+    def _launch(self, f, params_ptr: int, what: str):
+        _check(driver().cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, self._stream, params_ptr, 0),
+               f"cuLaunchKernel({what}) on {self.domain}")
+
+    def _idle(self) -> bool:
+        cu = driver()
+        err = cu.cuStreamQuery(self._stream)[0]
+        if int(err) == 0:
+            return True
+        if int(err) == int(cu.CUresult.CUDA_ERROR_NOT_READY):
+            return False
+        raise GpuClockError(f"the probe kernel on {self.domain} failed with {_err_text(err)}")
+
+    def _wait_idle(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self._idle():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(50e-6)
+        return True
+
+    def _ensure_idle(self):
+        """The previous probe kernel must be gone before the buffer is reused."""
+        if self._idle():
+            return
+        self._req.value = STOP
+        if not self._wait_idle(self.idle_timeout_ns / 1e9 + 1.0):
+            raise GpuClockError(f"the previous probe kernel on {self.domain} has not ended "
+                                "after it was asked to stop")
+
+    # -- measurements ------------------------------------------------------------------
+    def measure_tick(self, iters: int = 1 << 22):
+        """Resolution of %globaltimer: smallest step and gcd of steps between distinct reads."""
+        self._current()
+        self._ensure_idle()
+        self._mem[TICK // 8] = 0
+        self._launch(self._f_tick, self._p_tick.set(self._dptr, TICK_MAX, iters), "ca_tick")
+        if not self._wait_idle(5.0):
+            raise GpuClockError(f"the tick kernel on {self.domain} did not finish within 5 s")
+        n = int(self._mem[TICK // 8])
+        vals = self._mem[TICK // 8 + 1: TICK // 8 + 1 + n].astype(np.int64)
+        steps = np.diff(vals)
+        steps = steps[steps > 0]
+        if len(steps) == 0:
+            raise GpuClockError(f"%globaltimer on {self.domain} did not advance "
+                                f"in {iters} reads")
+        self.tick_ns = int(steps.min())
+        self.tick_gcd_ns = int(np.gcd.reduce(steps))
+        return self.tick_ns
+
+    def pingpong(self, n: int):
+        """Up to n ping-pong sandwiches (t0, remote, t1 int64 arrays); short on a timeout.
+
+        ``last_note`` says why a burst came back short.  GpuClockError on a CUDA failure.
+        """
+        self.last_note = None
+        self.last_start_wait_ns = None
+        self._current()
+        self._ensure_idle()
+        base = self._seq
+        self._token += 1
+        self._req.value = base
+        self._ready.value = 0
+        self._exit.value = 0
+        self._launch(self._f_ping, self._p_ping.set(self._dptr, base, self._token, n,
+                                                    self.idle_timeout_ns), "ca_pingpong")
+        t0s = np.zeros(n, dtype=np.int64)
+        rem = np.zeros(n, dtype=np.int64)
+        t1s = np.zeros(n, dtype=np.int64)
+        launched = time.clock_gettime_ns(MONOTONIC)
+        if not self._wait_ready():
+            self._req.value = STOP
+            self.last_note = (f"the ping-pong kernel on {self.domain} did not start within "
+                              f"{self.ready_timeout_s * 1e3:.0f} ms")
+            return t0s[:0], rem[:0], t1s[:0]
+        get = time.clock_gettime_ns
+        # Another context's kernels on this GPU delay the start by up to a time slice.
+        self.last_start_wait_ns = get(MONOTONIC) - launched
+        req, rseq, rval, ex = self._req, self._rseq, self._rval, self._exit
+        timeout_ns = int(self.ping_timeout_s * 1e9)
+        seq = base
+        k = 0
+        while k < n:
+            seq += 1
+            t0 = get(MONOTONIC)
+            req.value = seq
+            spins = 0
+            while rseq.value != seq:
+                spins += 1
+                if (spins & 255) == 0 and (ex.value or get(MONOTONIC) - t0 > timeout_ns):
+                    break
+            else:
+                t1 = get(MONOTONIC)
+                t0s[k], rem[k], t1s[k] = t0, rval.value, t1
+                k += 1
+                continue
+            if rseq.value == seq:   # answered just as we gave up
+                t1 = get(MONOTONIC)
+                t0s[k], rem[k], t1s[k] = t0, rval.value, t1
+                k += 1
+                continue
+            self.last_note = (f"ping {k + 1} of {n} on {self.domain} got no answer "
+                              + ("(the kernel had ended: " + self._exit_text() + ")"
+                                 if ex.value else f"within {self.ping_timeout_s * 1e3:.0f} ms"))
+            break
+        self._seq = seq
+        if k < n:
+            req.value = STOP
+        # The kernel ends right after its n-th answer; waiting here keeps bursts apart.
+        self._wait_idle(0.05)
+        ev = ex.value
+        self.last_exit = (ev & 0xFF, ev >> 8) if ev else None
+        return t0s[:k], rem[:k], t1s[:k]
+
+    def _wait_ready(self) -> bool:
+        # Spin for the usual few microseconds of launch latency, then sleep between looks
+        # so a GPU that is busy with another context does not cost a CPU (and the GIL).
+        get = time.clock_gettime_ns
+        token, ready = self._token, self._ready
+        start = get(MONOTONIC)
+        spin_until = start + 200_000
+        deadline = start + int(self.ready_timeout_s * 1e9)
+        while ready.value != token:
+            now = get(MONOTONIC)
+            if now > deadline:
+                return ready.value == token
+            if now > spin_until:
+                time.sleep(20e-6)
+        return True
+
+    def _exit_text(self) -> str:
+        ev = self._exit.value
+        return f"{EXIT_REASONS.get(ev & 0xFF, ev & 0xFF)} after {ev >> 8} answers"
+
+    def launch_sync(self, n: int):
+        """n launch+sync sandwiches (t0, remote, t1 int64 arrays).  GpuClockError on failure."""
+        cu = driver()
+        self._current()
+        self._ensure_idle()
+        get = time.clock_gettime_ns
+        t0s = np.zeros(n, dtype=np.int64)
+        rem = np.zeros(n, dtype=np.int64)
+        t1s = np.zeros(n, dtype=np.int64)
+        for k in range(n):
+            self._seq += 1
+            seq = self._seq
+            ptr = self._p_stamp.set(self._dptr, seq)
+            t0 = get(MONOTONIC)
+            self._launch(self._f_stamp, ptr, "ca_stamp")
+            _check(cu.cuStreamSynchronize(self._stream), f"cuStreamSynchronize on {self.domain}")
+            t1 = get(MONOTONIC)
+            if self._sseq.value != seq:
+                raise GpuClockError(f"the stamp kernel on {self.domain} finished without "
+                                    "writing its answer to mapped host memory")
+            t0s[k], rem[k], t1s[k] = t0, self._sval.value, t1
+        return t0s, rem, t1s
+
+    def burst(self, n: int, method: int = METHOD_PINGPONG):
+        """(method, t0, remote, t1): ping-pong, or launch+sync when asked for."""
+        if method == METHOD_PINGPONG:
+            return (METHOD_PINGPONG,) + self.pingpong(n)
+        return (METHOD_LAUNCH_SYNC,) + self.launch_sync(n)
+
+    # -- teardown ----------------------------------------------------------------------
+    def close(self):
+        """Stop any kernel, free the buffer, unload, release the context.  Never raises."""
+        if self._ctx is None:
+            return
+        cu = driver()
+        try:
+            cu.cuCtxSetCurrent(self._ctx)
+            if self._host:
+                self._req.value = STOP
+            if self._stream is not None:
+                try:
+                    self._wait_idle(self.idle_timeout_ns / 1e9 + 1.0)
+                except GpuClockError:
+                    pass
+                cu.cuStreamDestroy(self._stream)
+            if self._host:
+                cu.cuMemFreeHost(self._host)
+            if self._mod is not None:
+                cu.cuModuleUnload(self._mod)
+            cu.cuDevicePrimaryCtxRelease(self._dev)
+        except Exception:
+            pass
+        finally:
+            self._ctx = self._stream = self._mod = self._mem = None
+            self._host = 0
+
+    def __enter__(self):
+        return self.open()
+
+    def __exit__(self, *exc):
+        self.close()
