@@ -1,0 +1,348 @@
+"""Native Perfetto trace (protobuf), streamed, built with Perfetto's own trace protos.
+
+The file is a ``Trace``: a run of ``packet`` fields (tag 0x0a, varint length, one
+serialized ``TracePacket``), written one after another, never held as one message.
+
+Sequences: sequence 1 carries the ClockSnapshot.  Every track is its own writer (its own
+trusted_packet_sequence_id, model.py says why): its first packet clears incremental state,
+sets ``TracePacketDefaults.timestamp_clock_id = BUILTIN_CLOCK_MONOTONIC`` and interns the
+annotation names and categories; then its TrackDescriptor; then its events, each flagged
+SEQ_NEEDS_INCREMENTAL_STATE, in non-decreasing time.  Event names and string values are
+interned per sequence the first time a sequence needs them.
+
+Timestamps are MONOTONIC, converted by clockalign (trace processor does not interpolate
+between clock snapshots); the ClockSnapshot (BOOTTIME, MONOTONIC, REALTIME, from the run's
+tightest CPU_CLOCK sandwiches) lets the trace merge with a system trace Perfetto took.
+
+Hot path: packets of the bulk events are assembled with numpy (varbytes.py) from templates
+serialized by the Perfetto classes; everything else is built with the classes directly.
+
+    with open("run.pftrace", "wb") as f:
+        stats = write_perfetto(tl, f)
+"""
+import numpy as np
+from google.protobuf import descriptor as _fd
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
+    BuiltinClock, ClockSnapshot, CounterDescriptor, DebugAnnotation, DebugAnnotationName,
+    EventCategory, EventName, InternedData, InternedString, ProcessDescriptor,
+    ThreadDescriptor, Trace, TracePacket, TracePacketDefaults, TrackDescriptor, TrackEvent)
+
+from ..store.counter_fields import FIELDS
+from . import varbytes as vb
+from .clocks import clock_snapshot
+from .model import (ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR, V_UINT,
+                    TraceModel, stream)
+
+MONOTONIC = BuiltinClock.BUILTIN_CLOCK_MONOTONIC
+CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+NEEDS = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+CLOCK_SEQ = 1
+
+_WIRE = {_fd.FieldDescriptor.TYPE_FIXED64: 1, _fd.FieldDescriptor.TYPE_DOUBLE: 1,
+         _fd.FieldDescriptor.TYPE_SFIXED64: 1, _fd.FieldDescriptor.TYPE_MESSAGE: 2,
+         _fd.FieldDescriptor.TYPE_STRING: 2, _fd.FieldDescriptor.TYPE_BYTES: 2,
+         _fd.FieldDescriptor.TYPE_FIXED32: 5, _fd.FieldDescriptor.TYPE_FLOAT: 5}
+
+
+def tag(cls, field: str, width: int = None) -> bytes:
+    """The key bytes of one field of a Perfetto message class (from its descriptor)."""
+    f = cls.DESCRIPTOR.fields_by_name[field]
+    return vb.varint_scalar(f.number << 3 | _WIRE.get(f.type, 0), width)
+
+
+T_PACKET = tag(Trace, "packet")
+P_TS = tag(TracePacket, "timestamp")
+P_TE = tag(TracePacket, "track_event")
+P_TAIL_SEQ = tag(TracePacket, "trusted_packet_sequence_id")
+P_FLAGS_NEEDS = TracePacket(sequence_flags=NEEDS).SerializeToString()
+E_UUID = tag(TrackEvent, "track_uuid")
+E_NAME = tag(TrackEvent, "name_iid")
+E_CAT = tag(TrackEvent, "category_iids")
+E_ANN = tag(TrackEvent, "debug_annotations")
+E_DOUBLE = tag(TrackEvent, "double_counter_value")
+TYPE_B = TrackEvent(type=TrackEvent.TYPE_SLICE_BEGIN).SerializeToString()
+TYPE_E = TrackEvent(type=TrackEvent.TYPE_SLICE_END).SerializeToString()
+TYPE_I = TrackEvent(type=TrackEvent.TYPE_INSTANT).SerializeToString()
+TYPE_C = TrackEvent(type=TrackEvent.TYPE_COUNTER).SerializeToString()
+A_NAME = tag(DebugAnnotation, "name_iid")
+# value keys padded to one width (overlong varint keys) so every annotation has one layout
+_VALUE_FIELDS = {V_UINT: "uint_value", V_INT: "int_value", V_PTR: "pointer_value",
+                 V_STR: "string_value_iid", V_BOOL: "bool_value"}
+_VW = max(len(tag(DebugAnnotation, f)) for f in _VALUE_FIELDS.values())
+A_VALUE = {k: tag(DebugAnnotation, f, _VW) for k, f in _VALUE_FIELDS.items()}
+_VTAGS = vb.Table([A_VALUE.get(i, A_VALUE[V_UINT]) for i in range(max(A_VALUE) + 1)])
+_TYPES = vb.Table([TYPE_B, TYPE_I])
+
+
+def _msg(tag_bytes: bytes, parts: list, rows: int) -> list:
+    """A length-delimited field whose body is ``parts``."""
+    n = vb.total(parts, rows)
+    if isinstance(n, int):
+        return [vb.const(tag_bytes + vb.varint_scalar(n))] + parts
+    return [vb.const(tag_bytes), vb.varint(n)] + parts
+
+
+def _keep(parts: list, keep) -> list:
+    return [vb.masked(p, keep) for p in parts]
+
+
+class PerfettoWriter:
+    """Writes TracePackets to a binary file as they are made (bounded memory)."""
+
+    def __init__(self, f, model: TraceModel):
+        self.f = f
+        self.model = model
+        self.bytes = 0
+        self.packets = 0
+        self._names = {}          # seq -> set of interned event-name string ids
+        self._strs = {}           # seq -> set of interned string-value ids
+
+    def raw(self, blob: bytes, packets: int):
+        self.f.write(blob)
+        self.bytes += len(blob)
+        self.packets += packets
+
+    def count(self, b):
+        self.packets += b.n + int(b.slice.sum())
+
+    def packet(self, pkt: TracePacket):
+        body = pkt.SerializeToString()
+        self.raw(T_PACKET + vb.varint_scalar(len(body)) + body, 1)
+
+    # --- sequences, tracks, interning
+    def start_sequence(self, seq: int):
+        interned = InternedData(
+            event_categories=[EventCategory(iid=i + 1, name=c) for i, c in enumerate(CATEGORIES)],
+            debug_annotation_names=[DebugAnnotationName(iid=i + 1, name=a)
+                                    for i, a in enumerate(ANN_NAMES)])
+        self.packet(TracePacket(
+            trusted_packet_sequence_id=seq, sequence_flags=CLEARED,
+            first_packet_on_sequence=True,
+            trace_packet_defaults=TracePacketDefaults(timestamp_clock_id=MONOTONIC),
+            interned_data=interned))
+        self._names[seq] = set()
+        self._strs[seq] = set()
+
+    def declare(self, tracks):
+        for t in tracks:
+            self.start_sequence(t.seq)
+            d = TrackDescriptor(uuid=t.uuid, name=t.name)
+            if t.parent is not None:
+                d.parent_uuid = t.parent.uuid
+            if t.kind == "process":
+                d.process.CopyFrom(ProcessDescriptor(pid=t.pid, process_name=t.name))
+            elif t.kind == "thread":
+                d.ClearField("name")
+                d.ClearField("parent_uuid")
+                d.thread.CopyFrom(ThreadDescriptor(pid=t.pid, tid=t.tid, thread_name=t.name))
+            elif t.kind == "gpu":
+                d.child_ordering = TrackDescriptor.EXPLICIT
+            self.packet(TracePacket(trusted_packet_sequence_id=t.seq, track_descriptor=d))
+
+    def intern(self, seq: np.ndarray, names: np.ndarray, strs_seq: np.ndarray,
+               strs: np.ndarray):
+        """Interned-data packets for the (sequence, string) pairs not yet sent."""
+        items = self.model.strings.items
+        need = {}
+        for table, sq, ids, sent in ((0, seq, names, self._names), (1, strs_seq, strs, self._strs)):
+            if not len(ids):
+                continue
+            pairs = np.unique((sq.astype(np.int64) << 32) | ids.astype(np.int64))
+            for p in pairs.tolist():
+                s, i = p >> 32, p & 0xFFFFFFFF
+                if i not in sent[s]:
+                    sent[s].add(i)
+                    need.setdefault(s, ([], []))[table].append(i)
+        for s, (nm, st) in sorted(need.items()):
+            self.packet(TracePacket(
+                trusted_packet_sequence_id=s, sequence_flags=NEEDS,
+                interned_data=InternedData(
+                    event_names=[EventName(iid=i + 1, name=items[i]) for i in nm],
+                    debug_annotation_string_values=[
+                        InternedString(iid=i + 1, str=items[i].encode()) for i in st])))
+
+    # --- bulk events
+    def prepare(self, b):
+        """Main-thread part of a batch: declare new tracks, intern new strings."""
+        tr = self.model.tracks
+        self.declare(tr.take_new())
+        seq = tr.seq_lut[b.track]
+        sl = b.slots
+        str_mask = sl.present & (sl.vtype == V_STR)
+        self.intern(seq, b.name, np.broadcast_to(seq, sl.present.shape)[str_mask],
+                    sl.value[str_mask])
+        return tr.uuid_lut, tr.seq_lut
+
+    @staticmethod
+    def encode(b, ctx) -> bytes:
+        """The batch's packets (thread-safe: reads only ``b`` and ``ctx``)."""
+        uuid_lut, seq_lut = ctx
+        n = b.n
+        uuid = uuid_lut[b.track]
+        seq = seq_lut[b.track]
+        sl = b.slots
+        te = [_TYPES.take(~b.slice), vb.const(E_NAME), vb.varint(b.name + 1),
+              vb.const(E_UUID), vb.varint(uuid), vb.const(E_CAT), vb.varint(b.cat + 1)]
+        for k in range(sl.present.shape[0]):
+            present = sl.present[k]
+            if not present.any():
+                continue
+            vals = sl.value[k].copy()
+            vals[sl.vtype[k] == V_STR] += np.uint64(1)
+            inner = [vb.const(A_NAME), vb.varint(sl.name[k] + 1), _VTAGS.take(sl.vtype[k]),
+                     vb.varint(vals)]
+            te += _keep(_msg(E_ANN, inner, n), present)
+        if b.flows:
+            rows = sorted(b.flows)
+            extra = [b""] + [TrackEvent(flow_ids=b.flows[r][0],
+                                        terminating_flow_ids=b.flows[r][1]).SerializeToString()
+                             for r in rows]
+            idx = np.zeros(n, dtype=np.int64)
+            idx[rows] = np.arange(1, len(rows) + 1)
+            te.append(vb.Table(extra).take(idx))
+        seq_part = [vb.const(P_TAIL_SEQ), vb.varint(seq), vb.const(P_FLAGS_NEEDS)]
+        begin = _msg(T_PACKET, [vb.const(P_TS), vb.varint(b.start)] + _msg(P_TE, te, n)
+                     + seq_part, n)
+        te_end = [vb.const(TYPE_E + E_UUID), vb.varint(uuid)]
+        end = _msg(T_PACKET, [vb.const(P_TS), vb.varint(b.end)] + _msg(P_TE, te_end, n)
+                   + seq_part, n)
+        return vb.flatten(begin + _keep(end, b.slice), n)
+
+    # --- counters
+    def counters(self, gpu: int, rows):
+        """One GPU's counter samples (sorted by time) on its group track's sequence."""
+        if not len(rows):
+            return
+        tr = self.model.tracks
+        g = tr.gpu(gpu)
+        fields = np.unique(rows["field"]).tolist()
+        cts = {f: tr.counter(gpu, f, _field_name(f), _field_unit(f)) for f in fields}
+        for t in tr.take_new():
+            if t.kind != "counter":
+                self.declare([t])
+                continue
+            t.seq = g.seq              # a GPU's counter tracks share its writer
+            d = TrackDescriptor(uuid=t.uuid, name=f"{t.name} ({t.unit})" if t.unit else t.name,
+                                parent_uuid=g.uuid)
+            self._counter_desc(d, t.unit)
+            self.packet(TracePacket(trusted_packet_sequence_id=g.seq, track_descriptor=d))
+        lut = np.zeros(max(fields) + 1, dtype=np.uint64)
+        for f, t in cts.items():
+            lut[f] = t.uuid
+        for a in range(0, len(rows), 1 << 16):
+            part = rows[a:a + (1 << 16)]
+            n = len(part)
+            te = [vb.const(TYPE_C + E_UUID), vb.varint(lut[part["field"]]), vb.const(E_DOUBLE),
+                  vb.fixed64(np.ascontiguousarray(part["value"], dtype=np.float64))]
+            pkt = _msg(T_PACKET, [vb.const(P_TS), vb.varint(part["t_ns"])] + _msg(P_TE, te, n)
+                       + [vb.const(P_TAIL_SEQ + vb.varint_scalar(g.seq) + P_FLAGS_NEEDS)], n)
+            self.raw(vb.flatten(pkt, n), n)
+
+    @staticmethod
+    def _counter_desc(d, unit):
+        c = d.counter
+        if unit == "bytes":
+            c.unit = CounterDescriptor.UNIT_SIZE_BYTES
+        elif unit == "ns":
+            c.unit = CounterDescriptor.UNIT_TIME_NS
+        elif unit in ("count", ""):
+            c.unit = CounterDescriptor.UNIT_COUNT
+        else:
+            c.unit_name = unit
+
+    # --- faults
+    def faults(self, faults, unmatched):
+        """Fault instants (sources and uncertainty as annotations) and flow starts."""
+        tr = self.model.tracks
+        per_track = {}
+        chained = {fi for fi, *_ in self.model.flow_hits} | {fi for fi, _, _ in unmatched}
+        for i, f in enumerate(faults):
+            t = tr.faults(pid=f.pid if f.gpu is None else None, gpu=f.gpu)
+            per_track.setdefault(t.idx, []).append((int(f.t_ns), 0, i, f))
+        for fi, step, last in unmatched:
+            f = faults[fi]
+            t = tr.faults(pid=f.pid if f.gpu is None else None, gpu=f.gpu)
+            per_track.setdefault(t.idx, []).append(
+                (int(f.chain[step]["t_ns"]), 1, fi, (step, last)))
+        self.declare(tr.take_new())
+        for idx, items in per_track.items():
+            t = tr.all[idx]
+            self._names.setdefault(t.seq, set())
+            items.sort(key=lambda x: (x[0], x[1]))
+            for ts, is_step, fi, obj in items:
+                ev = TrackEvent(type=TrackEvent.TYPE_INSTANT, track_uuid=t.uuid,
+                                category_iids=[CATEGORIES.index("fault") + 1])
+                if is_step:
+                    step, last = obj
+                    what = faults[fi].chain[step]
+                    ev.name = f"after {faults[fi].name}: {what.get('what', 'step')}"
+                    _ann(ev, "step", step)
+                    _ann(ev, "message", str(what.get("what", "")))
+                    (ev.terminating_flow_ids if last else ev.flow_ids).append(
+                        TraceModel.flow_id(fi))
+                else:
+                    f = obj
+                    ev.name = f.name
+                    _ann(ev, "kind", f.kind)
+                    _ann(ev, "code", int(f.code) if f.code is not None else 0)
+                    if f.message:
+                        _ann(ev, "message", str(f.message))
+                    _ann(ev, "unc_ns", int(f.unc_ns or 0))
+                    _ann(ev, "sources", "; ".join(
+                        f"{s.get('source')} @{int(s.get('t_ns', ts)) - ts:+d} ns "
+                        f"±{int(s.get('unc_ns') or 0)} ns ({s.get('domain', '')})"
+                        for s in (f.sightings or [])))
+                    _ann(ev, "sightings", len(f.sightings or []))
+                    if f.recovery_ns is not None:
+                        _ann(ev, "recovery_ns", int(f.recovery_ns))
+                    if f.gpu is not None:
+                        _ann(ev, "gpu", int(f.gpu))
+                    if f.pid:
+                        _ann(ev, "pid", int(f.pid))
+                    if fi in chained:
+                        ev.flow_ids.append(TraceModel.flow_id(fi))
+                self.packet(TracePacket(timestamp=ts, trusted_packet_sequence_id=t.seq,
+                                        sequence_flags=NEEDS, track_event=ev))
+
+
+def _ann(ev: TrackEvent, name: str, value):
+    a = ev.debug_annotations.add()
+    a.name_iid = ANN_NAMES.index(name) + 1
+    if isinstance(value, str):
+        a.string_value = value
+    elif isinstance(value, bool):
+        a.bool_value = value
+    elif value < 0:
+        a.int_value = value
+    else:
+        a.uint_value = value
+
+
+def _field_name(f: int) -> str:
+    name, unit = FIELDS.get(int(f), (f"field {f}", ""))[:2]
+    return name
+
+
+def _field_unit(f: int) -> str:
+    return FIELDS.get(int(f), ("", ""))[:2][1]
+
+
+def write_perfetto(tl, f, progress=None, batch_rows=None) -> dict:
+    """Stream the whole run into ``f`` (binary); returns counts for the CLI and tests."""
+    model = TraceModel(tl, **({"batch_rows": batch_rows} if batch_rows else {}))
+    faults = tl.faults()
+    model.set_chains(faults)
+    w = PerfettoWriter(f, model)
+    snap = clock_snapshot(tl)
+    w.packet(TracePacket(trusted_packet_sequence_id=CLOCK_SEQ, clock_snapshot=ClockSnapshot(
+        clocks=[ClockSnapshot.Clock(clock_id=cid, timestamp=ts) for cid, ts in snap.clocks])))
+    stream(model, w, progress)
+    cnt = tl.counters()
+    if cnt is not None and len(cnt):
+        for g in np.unique(cnt["gpu"]).tolist():
+            rows = cnt[cnt["gpu"] == g]
+            w.counters(int(g), rows[np.argsort(rows["t_ns"], kind="stable")])
+    w.faults(faults, model.unmatched_steps())
+    return {"events": dict(model.counts), "packets": w.packets, "bytes": w.bytes,
+            "tracks": len(model.tracks.all), "faults": len(faults),
+            "counters": 0 if cnt is None else len(cnt), "clock_snapshot": snap.describe()}

@@ -1,0 +1,227 @@
+"""The numbers of the report: CUDA latency per function, off-CPU time inside CUDA calls,
+preemptions and wakeup latency, connect() per peer, the alignment's uncertainty budget.
+
+Every function takes the compact columns of collect.py and returns plain rows (dicts),
+which render.py prints and tests compare with the input.
+
+    rows = cuda_table(data.cuda)          # [{"function", "count", "errors", "p50_ns", ...}]
+    inside = offcpu_in_calls(data.cuda, data.sched)
+"""
+import numpy as np
+
+from ..export import decode
+from ..store.schema import CUDA_FN_BY_NAME, Chunk
+
+LAUNCH_FNS = [CUDA_FN_BY_NAME[n] for n in ("cuLaunchKernel", "cuLaunchKernelEx",
+                                           "cuLaunchKernel_ptsz", "cuLaunchKernelEx_ptsz")]
+
+
+def pct(x, q):
+    """Percentile by the nearest-rank method (a value that occurred); None when empty."""
+    x = np.asarray(x)
+    if not len(x):
+        return None
+    s = np.sort(x)
+    k = int(np.ceil(q / 100.0 * len(s))) - 1
+    return int(s[min(max(k, 0), len(s) - 1)])
+
+
+def cuda_table(cuda, unfinished=None) -> list:
+    """Per CUDA function: count, errors, p50/p99/p99.9/max latency (ns); busiest first."""
+    rows = []
+    fns = cuda["fn"].astype(np.int64)
+    for f in np.unique(fns).tolist():
+        m = fns == f
+        d = cuda["dur"][m]
+        ret = cuda["ret"][m]
+        errs = {}
+        for r, c in zip(*np.unique(ret[ret != 0], return_counts=True)):
+            errs[decode.cuda_result_name(int(r))] = int(c)
+        rows.append({"function": decode.cuda_function_name(f), "fn": f, "count": int(m.sum()),
+                     "errors": int((ret != 0).sum()), "error_names": errs,
+                     "p50_ns": pct(d, 50), "p99_ns": pct(d, 99), "p999_ns": pct(d, 99.9),
+                     "max_ns": int(d.max()), "total_ns": int(d.sum()),
+                     "unfinished": int((unfinished["fn"] == f).sum()) if unfinished is not None
+                     and len(unfinished["fn"]) else 0})
+    rows.sort(key=lambda r: (-r["count"], r["function"]))
+    return rows
+
+
+def offcpu_in_calls(cuda, sched) -> dict:
+    """Off-CPU time inside CUDA calls: per call (aligned with cuda rows) and summed.
+
+    A thread runs to enter and to leave a driver call, so each off-CPU interval of a
+    thread lies inside one of its calls or between two; the overlap is computed anyway.
+    """
+    n = len(cuda["t"])
+    off = np.zeros(n, dtype=np.int64)
+    npre = np.zeros(n, dtype=np.int64)
+    if n and len(sched["t"]):
+        ctid = cuda["tid"].astype(np.int64)
+        stid = sched["tid"].astype(np.int64)
+        for tid in np.intersect1d(np.unique(ctid), np.unique(stid)).tolist():
+            ci = np.flatnonzero(ctid == tid)
+            cs = cuda["t"][ci]
+            ce = cs + cuda["dur"][ci]
+            order = np.argsort(cs, kind="stable")
+            ci, cs, ce = ci[order], cs[order], ce[order]
+            si = np.flatnonzero(stid == tid)
+            ss = sched["t"][si]
+            se = ss + sched["dur"][si]
+            k = np.searchsorted(cs, ss, side="right") - 1
+            ok = k >= 0
+            k = np.where(ok, k, 0)
+            ov = np.minimum(se, ce[k]) - np.maximum(ss, cs[k])
+            ov = np.where(ok, np.maximum(ov, 0), 0)
+            hit = ov > 0
+            np.add.at(off, ci[k[hit]], ov[hit])
+            np.add.at(npre, ci[k[hit & sched["pre"][si]]], 1)
+    dur = cuda["dur"].astype(np.int64)
+    return {"per_call_ns": off, "preempted_per_call": npre, "total_ns": int(off.sum()),
+            "calls_with_offcpu": int((off > 0).sum()), "calls": n,
+            "call_time_ns": int(dur.sum()),
+            "preemptions_in_calls": int(npre.sum())}
+
+
+def offcpu_by_function(cuda, inside) -> list:
+    rows = []
+    fns = cuda["fn"].astype(np.int64)
+    for f in np.unique(fns).tolist():
+        m = fns == f
+        off = inside["per_call_ns"][m]
+        tot = int(cuda["dur"][m].sum())
+        rows.append({"function": decode.cuda_function_name(f), "calls": int(m.sum()),
+                     "calls_with_offcpu": int((off > 0).sum()), "offcpu_ns": int(off.sum()),
+                     "share": float(off.sum() / tot) if tot else 0.0,
+                     "preempted": int(inside["preempted_per_call"][m].sum()),
+                     "p99_offcpu_ns": pct(off, 99)})
+    rows.sort(key=lambda r: -r["offcpu_ns"])
+    return rows
+
+
+def worst_calls(cuda, inside, tl, k=10) -> list:
+    off = inside["per_call_ns"]
+    if not len(off) or off.max() == 0:
+        return []
+    idx = np.argsort(-off, kind="stable")[:k]
+    out = []
+    for i in idx.tolist():
+        if off[i] == 0:
+            break
+        tid = int(cuda["tid"][i])
+        out.append({"t_ns": int(cuda["t"][i]), "tid": tid, "thread": tl.threads.get(tid, ""),
+                    "function": decode.cuda_function_name(int(cuda["fn"][i])),
+                    "dur_ns": int(cuda["dur"][i]), "offcpu_ns": int(off[i]),
+                    "preempted": int(inside["preempted_per_call"][i])})
+    return out
+
+
+def sched_summary(sched, tl) -> dict:
+    pre = sched["pre"].astype(bool)
+    wake = sched["wake"]
+    w = wake[wake > 0]
+    per_thread = []
+    tids = sched["tid"].astype(np.int64)
+    for tid in np.unique(tids).tolist():
+        m = tids == tid
+        ww = wake[m & (wake > 0)]
+        per_thread.append({"tid": tid, "thread": tl.threads.get(tid, ""),
+                           "offcpu_ns": int(sched["dur"][m].sum()),
+                           "intervals": int(m.sum()), "preempted": int((m & pre).sum()),
+                           "wake_p50_ns": pct(ww, 50), "wake_p99_ns": pct(ww, 99)})
+    per_thread.sort(key=lambda r: -r["offcpu_ns"])
+    return {"intervals": int(len(pre)), "preempted": int(pre.sum()),
+            "blocked": int((~pre).sum()), "offcpu_ns": int(sched["dur"].sum()),
+            "wake_n": int(len(w)), "wake_p50_ns": pct(w, 50), "wake_p99_ns": pct(w, 99),
+            "wake_max_ns": int(w.max()) if len(w) else None, "per_thread": per_thread}
+
+
+def offcpu_heatmap(sched, start, end, bins=120):
+    """(tids, edges, matrix ns) of off-CPU time per thread per time bin (exact overlap)."""
+    tids = np.unique(sched["tid"].astype(np.int64))
+    edges = np.linspace(start, end, bins + 1).astype(np.int64)
+    mat = np.zeros((len(tids), bins), dtype=np.float64)
+    stid = sched["tid"].astype(np.int64)
+    for i, tid in enumerate(tids.tolist()):
+        m = stid == tid
+        s = np.sort(sched["t"][m].astype(np.int64))
+        e = np.sort((sched["t"][m] + sched["dur"][m]).astype(np.int64))
+        cs = np.concatenate([[0], np.cumsum(s)]).astype(np.float64)
+        ce = np.concatenate([[0], np.cumsum(e)]).astype(np.float64)
+        ks = np.searchsorted(s, edges, side="left")
+        ke = np.searchsorted(e, edges, side="left")
+        # F(t) = time off-CPU before t = sum_{s<t}(t - s) - sum_{e<t}(t - e)
+        f = (ks * edges.astype(np.float64) - cs[ks]) - (ke * edges.astype(np.float64) - ce[ke])
+        mat[i] = np.diff(f)
+    return tids, edges, mat
+
+
+def connect_table(conn, peers) -> list:
+    rows = []
+    pid = conn["peer"].astype(np.int64)
+    for p in np.unique(pid).tolist():
+        m = pid == p
+        d = conn["dur"][m]
+        ret = conn["ret"][m]
+        errs = {}
+        for r, c in zip(*np.unique(ret[ret < 0], return_counts=True)):
+            errs[decode.errno_name(int(r))] = int(c)
+        rows.append({"peer": peers[p], "_peer_id": p, "count": int(m.sum()),
+                     "errors": int((ret < 0).sum()),
+                     "error_names": errs, "p50_ns": pct(d, 50), "p99_ns": pct(d, 99),
+                     "max_ns": int(d.max())})
+    rows.sort(key=lambda r: -r["count"])
+    return rows
+
+
+def alignment(tl) -> list:
+    """Per clock domain: the fit's summary, its budget and series for the figure."""
+    out = []
+    counter_lat = None
+    try:
+        cols = tl.reader.columns(Chunk.COUNTERS)
+        if cols and len(cols.get("latency_ns", ())):
+            counter_lat = cols["latency_ns"].astype(np.int64)
+    except Exception:
+        pass
+    sw = {}
+    try:
+        cpu = tl.reader.columns(Chunk.CPU_CLOCK)
+        from ..store.schema import ClockDomain
+        for d in np.unique(cpu.get("domain", np.zeros(0))).tolist():
+            name = ClockDomain(d).name if d in ClockDomain._value2member_map_ else f"CPU{d}"
+            m = cpu["domain"] == d
+            sw[name] = (cpu["t0"][m], cpu["remote"][m], cpu["t1"][m])
+        gpu = tl.reader.columns(Chunk.GPU_CLOCK)
+        for g in np.unique(gpu.get("gpu", np.zeros(0))).tolist():
+            m = gpu["gpu"] == g
+            sw[f"GPU{g}"] = (gpu["t0"][m], gpu["remote"][m], gpu["t1"][m])
+    except Exception:
+        pass
+    for name, model in sorted(tl.models.items()):
+        s = model.summary()
+        hw = s.get("halfwidth_ns") or {}
+        row = {"domain": name, "summary": s, "segments": len(s.get("segments", [])),
+               "skew_ppm": float(s.get("skew_ppm") or 0.0), "offset_ns": s.get("offset_ns"),
+               "samples_used": s.get("samples_used"), "samples_total": s.get("samples_total"),
+               "min_rtt_ns": s.get("min_rtt_ns"), "floor_ns": s.get("floor_ns"),
+               "hw_p50": hw.get("p50"), "hw_p99": hw.get("p99"), "hw_max": hw.get("max"),
+               "steps": s.get("steps") or [], "tick_ns": s.get("tick_ns", 0),
+               "stamp_p50": None, "stamp_p99": None, "assumption": s.get("assumption", "")}
+        if name == "REALTIME" and counter_lat is not None:
+            row["stamp_p50"], row["stamp_p99"] = pct(counter_lat, 50), pct(counter_lat, 99)
+        if name in sw:
+            t0, r, t1 = (np.asarray(a, dtype=np.int64) for a in sw[name])
+            mid = t0 + (t1 - t0) // 2
+            try:
+                center = model.center_map(r)
+                row["residual_t"] = mid
+                row["residual_ns"] = mid - center
+                row["residual_half_rtt"] = (t1 - t0) // 2
+                grid_r = np.linspace(r.min(), r.max(), 400).astype(np.int64)
+                gt, gu = model.map(grid_r)
+                row["band_t"], row["band_ns"] = gt, gu
+            except Exception:
+                pass
+        out.append(row)
+    return out
