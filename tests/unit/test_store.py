@@ -6,7 +6,7 @@ import pytest
 
 from clockalign.cli.main import main
 from clockalign.errors import NotARunFile, UnsupportedVersion
-from clockalign.store.decode import event_dicts, peer
+from clockalign.store.decode import decode_sockaddr, event_dicts
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import EVENT_DTYPE, Chunk, Kind
 from clockalign.store.writer import HEADER, RunWriter
@@ -147,11 +147,11 @@ def test_dump_schema(tmp_path, capsys):
 
 def test_peer_decoding():
     v4 = bytes([2, 0, 0x1F, 0x90, 127, 0, 0, 1]) + bytes(8)
-    assert peer(v4) == "127.0.0.1:8080"
+    assert decode_sockaddr(v4) == "127.0.0.1:8080"
     v6 = bytes([10, 0, 0x01, 0xBB]) + bytes(4) + bytes(15) + b"\x01" + bytes(4)
-    assert peer(v6) == "[::1]:443"
-    assert peer(b"\x01\x00/run/x.sock\x00") == "unix:/run/x.sock"
-    assert peer(b"\x01\x00\x00abstract\x00") == "unix:@abstract"
+    assert decode_sockaddr(v6) == "[::1]:443"
+    assert decode_sockaddr(b"\x01\x00/run/x.sock\x00") == "unix:/run/x.sock"
+    assert decode_sockaddr(b"\x01\x00\x00abstract\x00") == "unix:@abstract"
 
 
 def test_sched_and_connect_dicts():

@@ -4,6 +4,7 @@ import json
 import click
 
 from ..errors import TruncatedRun
+from ..report.render import fmt_ns
 from ..timeline import Timeline
 
 EPILOG = """\b
@@ -11,21 +12,6 @@ Examples:
   clockalign faults run.ca
   clockalign faults run.ca --json | jq '.faults[] | select(.kind == "xid")'
 """
-
-
-def fmt_ns(ns) -> str:
-    """A duration for people: '0 ns', '750 ns', '12.5 µs', '50.100 ms', '2.000 s'."""
-    if ns is None:
-        return "?"
-    a = abs(int(ns))
-    sign = "-" if ns < 0 else ""
-    if a < 1_000:
-        return f"{sign}{a} ns"
-    if a < 1_000_000:
-        return f"{sign}{a / 1e3:.1f} µs"
-    if a < 1_000_000_000:
-        return f"{sign}{a / 1e6:.3f} ms"
-    return f"{sign}{a / 1e9:.3f} s"
 
 
 def _who(pid, tid, thread) -> str:

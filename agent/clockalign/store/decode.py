@@ -1,48 +1,58 @@
-"""Turn raw event fields into readable values (socket peers, strings, one dict per event).
+"""Turn the raw bytes some events carry into text, and events into JSON-ready dicts.
 
-    peer(ev["data"][i].tobytes())        # "127.0.0.1:8080", "[::1]:443", "unix:/run/x.sock"
+The one place these decoders live: timeline/, export/ and report/ use them too.
+
+    decode_sockaddr(ev["data"][i], ev["a1"][i])   # "127.0.0.1:8080", "[::1]:443", "unix:/run/x.sock"
     for d in event_dicts(events): print(json.dumps(d))
 """
-import errno as _errno
+import errno
 import ipaddress
+import socket
 import struct
 
 import numpy as np
 
 from .schema import CUDA_FUNCTIONS, KIND_NAMES, Kind, task_state_name, unpack_dims
 
-AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+
+def cstring(raw, start: int = 0, length: int = None) -> str:
+    """NUL-terminated text from a bytes-like (or a numpy void) slice."""
+    b = bytes(raw)[start:] if length is None else bytes(raw)[start:start + length]
+    return b.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-def cstr(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode(errors="replace")
+def decode_comm(data) -> str:
+    return cstring(data, 0, 16)
 
 
-def peer(raw: bytes) -> str:
-    """A sockaddr as host:port / [v6]:port / unix:path."""
-    if len(raw) < 2:
+def decode_xid(data):
+    """(pci device name, message) from an XID event's data: dev[16] + msg[40]."""
+    return cstring(data, 0, 16), cstring(data, 16, 40)
+
+
+def decode_sockaddr(data, addrlen=None) -> str:
+    """A connect() target as text: '10.0.0.7:8000', '[::1]:443', 'unix:/run/x.sock'."""
+    b = bytes(data)
+    if addrlen is not None and 0 < int(addrlen) < len(b):
+        b = b[:int(addrlen)]
+    if len(b) < 2:
         return "?"
-    fam = struct.unpack_from("<H", raw)[0]
-    if fam == AF_INET and len(raw) >= 8:
-        port = struct.unpack_from(">H", raw, 2)[0]
-        return f"{ipaddress.IPv4Address(raw[4:8])}:{port}"
-    if fam == AF_INET6 and len(raw) >= 24:
-        port = struct.unpack_from(">H", raw, 2)[0]
-        return f"[{ipaddress.IPv6Address(raw[8:24])}]:{port}"
-    if fam == AF_UNIX:
-        path = raw[2:]
+    family = struct.unpack_from("<H", b, 0)[0]
+    if family == socket.AF_INET and len(b) >= 8:
+        port = struct.unpack_from(">H", b, 2)[0]
+        return f"{ipaddress.IPv4Address(b[4:8])}:{port}"
+    if family == socket.AF_INET6 and len(b) >= 24:
+        port = struct.unpack_from(">H", b, 2)[0]
+        return f"[{ipaddress.IPv6Address(b[8:24])}]:{port}"
+    if family == socket.AF_UNIX:
+        path = b[2:]
         if path[:1] == b"\0":
-            return "unix:@" + cstr(path[1:])
-        return "unix:" + cstr(path)
-    return f"family{fam}"
+            return "unix:@" + path[1:].split(b"\0", 1)[0].decode("utf-8", "replace")
+        return "unix:" + path.split(b"\0", 1)[0].decode("utf-8", "replace")
+    if family == socket.AF_UNSPEC:
+        return "AF_UNSPEC"
+    return f"family {family}"
 
-
-def errno_name(err: int) -> str:
-    return _errno.errorcode.get(err, str(err))
-
-
-def cuda_fn_name(fid: int) -> str:
-    return CUDA_FUNCTIONS.get(int(fid), (f"fn{fid}",))[0]
 
 
 def event_dicts(ev: np.ndarray, t_field="ts"):
@@ -76,17 +86,17 @@ def event_dicts(ev: np.ndarray, t_field="ts"):
         elif kind == Kind.CONNECT:
             ret = int(e["ret"])
             d.update(fd=int(e["a0"]), dur_ns=int(e["dur"]), ret=ret,
-                     errno=errno_name(-ret) if ret < 0 else None,
-                     peer=peer(data[i].tobytes()[:int(min(e["a1"], 56))]))
+                     errno=errno.errorcode.get(-ret, str(-ret)) if ret < 0 else None,
+                     peer=decode_sockaddr(data[i], e["a1"]))
         elif kind == Kind.SCHED:
             d.update(off_cpu_ns=int(e["dur"]), prev_state=task_state_name(int(e["ret"])),
                      preempted=bool(e["code"]), wakeup_to_run_ns=int(e["a0"]),
                      cpu_out=int(e["a1"]), cpu_in=int(e["a2"]))
         elif kind == Kind.XID:
-            raw = data[i].tobytes()
-            d.update(code=int(e["ret"]), dev=cstr(raw[:16]), msg=cstr(raw[16:]))
+            dev, msg = decode_xid(data[i])
+            d.update(code=int(e["ret"]), dev=dev, msg=msg)
         elif kind in (Kind.THREAD_NEW, Kind.THREAD_NAME, Kind.THREAD_EXIT):
-            d["comm"] = cstr(data[i].tobytes())
+            d["comm"] = decode_comm(data[i])
             if kind == Kind.THREAD_NEW:
                 d["parent_tid"] = int(e["a0"])
             if kind == Kind.THREAD_EXIT:

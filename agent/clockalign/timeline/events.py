@@ -5,32 +5,20 @@ for the bytes some kinds carry in ``data`` (comm, Xid device and message, sockad
     tev = tev[select(tev, kinds=[Kind.CUDA], window=(t0, t1), tids=None)]
     decode_sockaddr(ev["data"], ev["a1"])       # '10.0.0.7:8000'
 """
-import ipaddress
-import socket
-import struct
-
 import numpy as np
 
-from ..store.schema import KIND_NAMES, Kind
+from ..store.decode import cstring, decode_comm, decode_sockaddr, decode_xid  # noqa: F401
+from ..store.schema import EVENT_DTYPE, KIND_NAMES, Kind
 from .stamps import stamp_unc_ns
 
-TIMELINE_DTYPE = np.dtype([
-    ("t_ns", "<i8"),
-    ("unc_ns", "<i8"),
-    ("dur_ns", "<i8"),
-    ("pid", "<u4"),
-    ("tid", "<u4"),
-    ("kind", "<u2"),
-    ("code", "<u2"),
-    ("ret", "<i4"),
-    ("a0", "<u8"),
-    ("a1", "<u8"),
-    ("a2", "<u8"),
-    ("a3", "<u8"),
-    ("a4", "<u8"),
-    ("data", "V56"),
-])
-
+# EVENT_DTYPE with ts -> t_ns (signed), an uncertainty after it, dur -> dur_ns (signed)
+_RENAMED = {"ts": ("t_ns", "<i8"), "dur": ("dur_ns", "<i8")}
+TIMELINE_DTYPE = np.dtype(
+    [(_RENAMED[n][0], _RENAMED[n][1]) if n in _RENAMED else (n, EVENT_DTYPE[n].str)
+     for n in EVENT_DTYPE.names[:1]]
+    + [("unc_ns", "<i8")]
+    + [(_RENAMED[n][0], _RENAMED[n][1]) if n in _RENAMED else (n, EVENT_DTYPE[n].str)
+       for n in EVENT_DTYPE.names[1:]])
 _KIND_BY_NAME = {name: k for k, name in KIND_NAMES.items()}
 
 
@@ -85,42 +73,3 @@ def select(ev: np.ndarray, kinds=None, window=None, tids=None) -> np.ndarray:
             tids = [tids]
         keep &= np.isin(ev["tid"], np.asarray(list(tids), dtype=np.uint32))
     return keep
-
-
-def cstring(raw, start: int = 0, length: int = None) -> str:
-    """NUL-terminated text from a bytes-like (or a numpy void) slice."""
-    b = bytes(raw)[start:] if length is None else bytes(raw)[start:start + length]
-    return b.split(b"\0", 1)[0].decode("utf-8", "replace")
-
-
-def decode_comm(data) -> str:
-    return cstring(data, 0, 16)
-
-
-def decode_xid(data):
-    """(pci device name, message) from an XID event's data: dev[16] + msg[40]."""
-    return cstring(data, 0, 16), cstring(data, 16, 40)
-
-
-def decode_sockaddr(data, addrlen=None) -> str:
-    """A connect() target as text: '10.0.0.7:8000', '[::1]:443', 'unix:/run/x.sock'."""
-    b = bytes(data)
-    if addrlen is not None and 0 < int(addrlen) < len(b):
-        b = b[:int(addrlen)]
-    if len(b) < 2:
-        return "?"
-    family = struct.unpack_from("<H", b, 0)[0]
-    if family == socket.AF_INET and len(b) >= 8:
-        port = struct.unpack_from(">H", b, 2)[0]
-        return f"{ipaddress.IPv4Address(b[4:8])}:{port}"
-    if family == socket.AF_INET6 and len(b) >= 24:
-        port = struct.unpack_from(">H", b, 2)[0]
-        return f"[{ipaddress.IPv6Address(b[8:24])}]:{port}"
-    if family == socket.AF_UNIX:
-        path = b[2:]
-        if path[:1] == b"\0":
-            return "unix:@" + path[1:].split(b"\0", 1)[0].decode("utf-8", "replace")
-        return "unix:" + path.split(b"\0", 1)[0].decode("utf-8", "replace")
-    if family == socket.AF_UNSPEC:
-        return "AF_UNSPEC"
-    return f"family {family}"
