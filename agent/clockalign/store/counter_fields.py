@@ -34,8 +34,10 @@ FIELDS = {
     10: ("mem_temp", "C", "HBM temperature", "gauge"),
     11: ("pcie_tx_kbps", "KB/s", "PCIe transmit throughput (NVML, 20 ms window)", "average"),
     12: ("pcie_rx_kbps", "KB/s", "PCIe receive throughput (NVML, 20 ms window)", "average"),
-    13: ("pcie_tx_bytes", "bytes", "PCIe bytes transmitted (running count, may wrap)", "counter"),
-    14: ("pcie_rx_bytes", "bytes", "PCIe bytes received (running count, may wrap)", "counter"),
+    13: ("pcie_tx_bytes", "bytes", "PCIe bytes transmitted (running count, wraps at 2^32)",
+         "counter"),
+    14: ("pcie_rx_bytes", "bytes", "PCIe bytes received (running count, wraps at 2^32)",
+         "counter"),
     15: ("clock_event_reasons", "bitmask", "why clocks are below maximum (CLOCK_REASONS bits)",
          "bitmask"),
     16: ("ecc_sbe_volatile", "count", "corrected ECC errors since driver load", "counter"),
@@ -72,6 +74,12 @@ FIELDS = {
 FIELD_BY_NAME = {name: fid for fid, (name, _, _, _) in FIELDS.items()}
 KINDS = ("gauge", "average", "counter", "bitmask")
 
+# Running counts that NVML hands over in 32 bits: they wrap (seen on an H200 with driver
+# 580 during host<->device copies, several times a second).  unwrap_counter restores the
+# total as long as less than one modulus passed between two rows: at PCIe Gen5 x16
+# (~64 GB/s) that needs a sample at least every ~65 ms.
+COUNTER_MODULUS = {13: 1 << 32, 14: 1 << 32}
+
 # Columns of a COUNTERS chunk (little-endian numpy dtype strings).
 COUNTER_COLUMNS = {
     "gpu": "u1",             # NVML index (not CUDA_VISIBLE_DEVICES order)
@@ -104,6 +112,19 @@ CLOCK_REASON_BY_NAME = {name: bit for bit, name in CLOCK_REASONS.items()}
 POWER_CAPPING = 0x004 | 0x080 | 0x200
 THERMAL_CAPPING = 0x020 | 0x040
 CAPPING = POWER_CAPPING | THERMAL_CAPPING | 0x008
+
+
+def unwrap_counter(values, modulus):
+    """A wrapped running count (time order) as a non-decreasing total from its first value.
+
+        total = unwrap_counter(v, COUNTER_MODULUS[FIELD_BY_NAME["pcie_tx_bytes"]])
+    """
+    v = np.asarray(values).astype(np.int64)
+    if len(v) < 2:
+        return v
+    steps = np.diff(v)
+    steps[steps < 0] += int(modulus)
+    return np.concatenate(([v[0]], v[0] + np.cumsum(steps)))
 
 
 def decode_clock_reasons(mask) -> list:
