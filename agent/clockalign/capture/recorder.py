@@ -84,6 +84,7 @@ class Recorder:
         self.child = None
         self.writer = None
         self.gpus = []
+        self._closers = []
 
     # ---------------------------------------------------------------- setup
     def notice(self, text, level="notice"):
@@ -205,10 +206,11 @@ class Recorder:
         if o.counters != "none":
             try:
                 from .counters import CounterSampler, open_backend
-                backend = open_backend(o.counters)
+                backend = open_backend(o.counters, interval_s=o.counter_interval)
                 cs = CounterSampler(self.writer, backend, interval_s=o.counter_interval)
                 cs.start()
                 helpers.append(("counters", cs))
+                self._closers.append(backend.close)
             except ClockalignError as e:
                 if o.counters == "auto":
                     self.notice(f"GPU counters off: {e}")
@@ -296,21 +298,32 @@ class Recorder:
             try:
                 h.stop()
                 stats[name] = h.stats()
-            except Exception as e:
+            except Exception as e:    # a helper's failure must not cost the recording
                 stats[name] = {"error": str(e)}
+                self.notice(f"{name} helper failed at stop: {e}", "warning")
+        for close in self._closers:
+            try:
+                close()
+            except Exception as e:
+                self.notice(f"closing a counter backend failed: {e}", "warning")
         self._record_batch(probes.ring.read())
         unfinished = probes.unfinished_cuda(_now())
         self._record_batch(unfinished)
         self._snapshot_threads([p for p in tgids if targets.alive(p)])
         drops = probes.drops()
+        peak = probes.ring.peak_fill if probes.ring else 0.0
         if drops:
+            why = ("the ring buffer filled up: raise --ring-mb" if peak > 0.5 else
+                   f"the ring was at most {peak:.0%} full when read, so not a full ring: "
+                   "bpf_ringbuf_reserve also fails when its lock is contended")
             self.notice("events lost: " + ", ".join(f"{k}={v}" for k, v in drops.items()) +
-                        " (ring buffer full: raise --ring-mb)", "warning")
+                        f" ({why})", "warning")
         exit_info = self.child.describe_exit() if self.child else None
         if self.child and self.child.poll() is None:
             self.notice(f"command (pid {self.child.pid}) still running when recording stopped")
         trailer = {"reason": self.stop_reason or "stopped", "counts": self.counts,
                    "drops": drops, "ring_records": probes.ring.records if probes.ring else None,
+                   "ring_peak_fill": round(peak, 4),
                    "helpers": stats, "child_exit": exit_info,
                    "unfinished_cuda": int(len(unfinished)), "clocks_end": clock_snapshot()}
         self.writer.close(trailer)

@@ -46,6 +46,7 @@ class RingReader:
                               "formats": ["<u4", "<u4", self.dtype],
                               "offsets": [0, 4, HDR], "itemsize": self.stride})
         self.records = 0
+        self.peak_fill = 0.0      # largest fraction of the ring seen pending at a read
 
     def pending_bytes(self) -> int:
         return _U64.unpack_from(self._prod, 0)[0] - _U64.unpack_from(self._cons, 0)[0]
@@ -54,6 +55,7 @@ class RingReader:
         """Copy out every committed record (up to max_records) and release its space."""
         cons = _U64.unpack_from(self._cons, 0)[0]
         prod = _U64.unpack_from(self._prod, 0)[0]
+        self.peak_fill = max(self.peak_fill, (prod - cons) / self.size)
         n = min((prod - cons) // self.stride, max_records)
         if n <= 0:
             return np.empty(0, dtype=self.dtype)
