@@ -4,6 +4,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -214,3 +215,76 @@ def test_bad_input_one_sentence_each(fakecuda, tmp_path):
                        "/nonexistent/cmd")
     assert p.returncode != 0
     assert p.stderr.strip() == "clockalign: command not found or not executable: /nonexistent/cmd"
+
+
+def test_two_pids_in_one_recording(fakecuda, tmp_path):
+    a = start_waiting_target(fakecuda)
+    b = start_waiting_target(fakecuda)
+    out = tmp_path / "two.ca"
+    rec = subprocess.Popen(clockalign_cmd("record", "--pid", str(a.pid), "--pid", str(b.pid),
+                                          "-o", str(out), *BASE),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env_for(fakecuda))
+    wait_for_file(out)
+    infos = []
+    for t in (a, b):
+        t.stdin.write("go\n")
+        t.stdin.flush()
+        infos.append(json.loads(t.stdout.readline()))
+        t.wait(timeout=30)
+    _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    r = RunReader(out)
+    ev = r.events()
+    assert {t["pid"] for t in r.meta["targets"]} == {a.pid, b.pid}
+    for info in infos:
+        check_workload(ev[ev["pid"] == info["pid"]], info)
+
+
+def test_faults_of_a_recording(fakecuda, listener, tmp_path):
+    """The stand-in's two OOMs and a refused connect come out of `clockalign faults`."""
+    open_port, closed_port = listener
+    out = tmp_path / "f.ca"
+    p = run_clockalign("record", "-o", str(out), *BASE, "--", str(fakecuda / "target"),
+                       "--connect", str(open_port), str(closed_port), "--exit", "3",
+                       env=env_for(fakecuda))
+    assert p.returncode == 0, p.stderr
+    p = run_clockalign("faults", str(out), "--json")
+    assert p.returncode == 0, p.stderr
+    faults = json.loads(p.stdout)
+    faults = faults["faults"] if isinstance(faults, dict) else faults
+    kinds = [(f["kind"], f["name"]) for f in faults]
+    assert kinds.count(("cuda_error", "CUDA_ERROR_OUT_OF_MEMORY")) == 2
+    oom = [f for f in faults if f["kind"] == "cuda_error"]
+    assert all(f["function"] == "cuMemAlloc_v2" and f["code"] == 2 for f in oom)
+    assert all(f["recovery_ns"] is not None and f["recovery_ns"] > 0 for f in oom)
+    refused = [f for f in faults if f["kind"] == "connect_error"]
+    assert len(refused) == 1 and refused[0]["name"] == "ECONNREFUSED"
+    assert refused[0]["target"] == f"127.0.0.1:{closed_port}"
+    exits = [f for f in faults if f["kind"] == "exit"]
+    assert len(exits) == 1 and exits[0]["code"] == 3
+
+
+def test_status_line_on_a_tty(fakecuda, tmp_path):
+    """On a terminal, record shows elapsed time, events by kind, drops and file size."""
+    import pty
+    out = tmp_path / "tty.ca"
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ["LD_LIBRARY_PATH"] = str(fakecuda)
+        os.execv(sys.executable, clockalign_cmd("record", "-o", str(out), "--counters", "none",
+                                                "--no-gpu-clock", "--", str(fakecuda / "target"),
+                                                "--sleep-ms", "1500"))
+    text = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        text += chunk
+    os.waitpid(pid, 0)
+    screen = text.decode(errors="replace")
+    assert "cuda=40" in screen and "drops=0" in screen and " MB" in screen, screen
+    assert "\r" in screen

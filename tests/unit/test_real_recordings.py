@@ -1,0 +1,76 @@
+"""The whole chain on real recordings from the H200 host (tests/data/gpu-h200, made by
+scripts/gpu_session.sh): timeline, faults, alignment, report and Perfetto export."""
+import collections
+import os
+
+import numpy as np
+import pytest
+
+from clockalign.export import export_run
+from clockalign.report import build_report
+from clockalign.store.reader import RunReader
+from clockalign.store.schema import Kind
+from clockalign.timeline import Timeline
+
+from .test_export import check_trace, parse
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "data", "gpu-h200")
+RUNS = ["reference.ca", "faults.ca", "idle.ca", "busy.ca"]
+
+
+@pytest.fixture(scope="module")
+def faults_tl():
+    return Timeline.open(os.path.join(DATA, "faults.ca"))
+
+
+def test_real_faults_every_source(faults_tl):
+    f = faults_tl.faults()
+    by_kind = collections.Counter(x.kind for x in f)
+    assert by_kind["cuda_sticky_error"] == 6
+    ooms = [x for x in f if x.kind == "cuda_error" and x.code == 2]
+    assert len(ooms) == 1 and ooms[0].recovery_ns > 0          # the retry is in its chain
+    assert any(e["what"] == "retry" for e in ooms[0].chain)
+    ill = [x for x in f if x.kind == "cuda_error" and x.code == 700]
+    assert len(ill) == 1 and ill[0].function == "cuCtxSynchronize"
+    xid = [x for x in f if x.kind == "xid"]
+    assert len(xid) == 1 and xid[0].code == 31
+    assert {s["source"] for s in xid[0].sightings} == {"tracepoint", "nvml"}
+    assert xid[0].delays and xid[0].delays[0]["unc_ns"] > 0
+    # the Xid fired while the failing synchronize was running
+    assert ill[0].t_ns < xid[0].t_ns < ill[0].t_ns + ill[0].dur_ns
+
+
+def test_real_alignment_models(faults_tl):
+    m = faults_tl.models
+    assert {"GPU0", "REALTIME", "BOOTTIME", "MONOTONIC_RAW"} <= set(m)
+    s = m["GPU0"].summary()
+    assert s["tick_ns"] == 32
+    assert s["floor_ns"] <= s["halfwidth_ns"]["p50"] < 2_000
+    assert m["REALTIME"].summary()["halfwidth_ns"]["p99"] < 1_000
+
+
+def test_real_counters_mapped_with_uncertainty(faults_tl):
+    c = faults_tl.counters(fields=["sm_clock"])
+    assert len(c) > 50
+    # the read latency NVML reports bounds each value: µs typically, ms for a first, cold read
+    assert np.all(c["unc_ns"] > 0) and np.median(c["unc_ns"]) < 20_000
+    assert np.all(c["unc_ns"] < 10_000_000)
+    assert faults_tl.start_ns - 5e9 < c["t_ns"].min() and c["t_ns"].max() < faults_tl.end_ns + 1e9
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_real_run_exports_and_reports(name, tmp_path):
+    path = os.path.join(DATA, name)
+    tl = Timeline.open(path)
+    out = tmp_path / "t.pftrace"
+    export_run(tl, str(out), "perfetto")
+    seen = check_trace(parse(out))
+    ev = RunReader(path).events()
+    n_slices = int(np.isin(ev["kind"], [Kind.CUDA, Kind.CONNECT, Kind.SCHED]).sum())
+    names = collections.Counter(s[1] for s in seen["slices"])
+    assert sum(names.values()) >= n_slices
+    assert seen["snapshot"] is not None
+    rep = build_report(Timeline.open(path), str(tmp_path / "report"))
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "CUDA calls" in md and "Alignment" in md
+    assert rep.files and all(os.path.getsize(tmp_path / "report" / f) > 0 for f in rep.files)
