@@ -2,6 +2,7 @@
 # The GPU-host measurements behind results/*-gpu.md, in two stages (each fits one device call).
 #   scripts/gpu_session.sh record OUTDIR   # bundle install, doctor, demo (reference workload),
 #                                          # faults run, idle/busy counters, NVML capture, GPU tests
+#   scripts/gpu_session.sh final OUTDIR    # demo with report and trace, --pid before `import torch`, GPU tests
 #   scripts/gpu_session.sh align OUTDIR    # demo again, NVML capture, a 5-minute recording with a
 #                                          # co-running workload, probe cost
 # Needs root, the offline bundle at .bundle/ (scripts/make_bundle.sh) and python3 with torch.
@@ -35,6 +36,19 @@ while time.time()-t<6: a@a
 torch.cuda.synchronize()" > "$out/busy.txt" 2>&1
     log nvml;     python3 scripts/capture_nvml_testdata.py --out "$out/nvml" > "$out/nvml.txt" 2>&1; tail -5 "$out/nvml.txt"
     log gputests; python3 -m pytest -q -ra tests/gpu tests/unit -p no:cacheprovider > "$out/pytest-gpu.txt" 2>&1; tail -15 "$out/pytest-gpu.txt"
+elif [ "$stage" = final ]; then
+    log demo;     clockalign demo -o "$out/demo" > "$out/demo.txt" 2>&1; grep -E "ok  |DIFF|wrote" "$out/demo.txt"
+    log late-import   # --pid on a python that imports torch only after the probes are armed
+    python3 -c "
+import time; time.sleep(4)
+import torch; x=torch.ones(8,device='cuda')
+for _ in range(100): x.add_(1)
+torch.cuda.synchronize(); print('late', float(x[0]))" > "$out/late-target.txt" 2>&1 &
+    tp=$!; sleep 1
+    clockalign record --pid $tp -o "$out/late.ca" --quiet > "$out/late-record.txt" 2>&1
+    wait $tp; cat "$out/late-record.txt" "$out/late-target.txt"
+    clockalign info "$out/late.ca" | grep -E "events|notice|stopped"
+    log gputests; python3 -m pytest -q -ra tests/gpu tests/unit -p no:cacheprovider > "$out/pytest-gpu.txt" 2>&1; tail -6 "$out/pytest-gpu.txt"
 elif [ "$stage" = align ]; then
     log demo;     clockalign demo -o "$out/demo" > "$out/demo.txt" 2>&1; grep -E "ok  |DIFF" "$out/demo.txt"
     clockalign dump "$out/demo/demo.ca" > "$out/demo-dump.jsonl" 2>&1
