@@ -49,7 +49,9 @@ def cpu_model() -> str:
 
 
 def run_export(run, out, fmt):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "agent"))
+    path = [os.path.join(ROOT, "agent")] + [p for p in os.environ.get("PYTHONPATH", "").split(
+        os.pathsep) if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
     p = subprocess.run([sys.executable, "-c", _CHILD, run, out, fmt], env=env,
                        capture_output=True, text=True, check=True)
     return json.loads(p.stdout.strip().splitlines()[-1])
