@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "agent"))
 from clockalign.faults.check import check_reference_gpu, cuda_counts  # noqa: E402
 from clockalign.store.reader import RunReader  # noqa: E402
-from clockalign.store.schema import CUDA_FN_BY_NAME, Kind  # noqa: E402
+from clockalign.store.schema import CUDA_FN_BY_NAME, Chunk, Kind  # noqa: E402
 from clockalign.timeline import Timeline  # noqa: E402
 
 
@@ -87,6 +87,17 @@ def record_md(data, out):
               "- torch must run with `expandable_segments:False` for allocations to show as "
               "cuMemAlloc_v2; with expandable segments it maps memory with cuMemCreate/cuMemMap, "
               "which are not probed yet."]
+    late = RunReader(os.path.join(data, "late-import.ca"))
+    lev = late.events()
+    lcounts = cuda_counts(lev, late.meta["targets"][0]["pid"])
+    notice = next((n["text"] for n in late.rows(Chunk.NOTICES) if "not loaded" in n["text"]), "")
+    lines += ["", "## --pid on a process that loads libcuda later",
+              "",
+              "`clockalign record --pid PID` on a python3 that sleeps, then imports torch and runs "
+              "100 `x.add_(1)` (tests/data/gpu-h200/late-import.ca, `scripts/gpu_session.sh "
+              "final`):", "", f"- notice: {notice}",
+              "- recorded: " + ", ".join(f"{k} {v}" for k, v in sorted(lcounts.items())) +
+              " (cuLaunchKernel: the 100 launches of the loop and 1 for the fill of `torch.ones`)"]
     with open(os.path.join(out, "record-gpu.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
