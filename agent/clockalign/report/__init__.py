@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import ClockalignError
 from . import analysis, anomaly, figures
 from .collect import collect
-from .render import Table, fmt_count, fmt_ns, fmt_pct, fmt_t
+from .render import Table, fmt_count, fmt_ns, fmt_pct, fmt_t, fmt_z
 
 SECTIONS = ["Run", "Alignment", "CUDA calls", "Context-switch jitter", "connect()",
             "GPU counters", "Faults", "Anomalies before faults"]
@@ -266,7 +266,7 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
         for h in item["signals"]:
             t.add([h["signal"], fmt_t(h["start_ns"], t0), fmt_ns(h["lead_ns"]),
                    fmt_t(h["end_ns"], t0) if h["end_ns"] < f.t_ns else "after the fault",
-                   f"{h['peak_z']:+.1f}", f"{h['peak_value']:.6g} {h['unit']}", h["earlier"]])
+                   fmt_z(h['peak_z']), f"{h['peak_value']:.6g} {h['unit']}", h["earlier"]])
         title = f"{f.kind} {f.name} at {fmt_t(f.t_ns, t0)}"
         if item["also"]:
             title += (f" (and {len(item['also'])} later fault(s) up to "
@@ -280,7 +280,7 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
     flat = [(s["name"], e) for s in det["signals"] for e in s["episodes"]]
     flat.sort(key=lambda x: -abs(x[1]["peak_z"]))
     for name, e in flat[:20]:
-        allx.add([name, fmt_t(e["start_ns"], t0), fmt_t(e["end_ns"], t0), f"{e['peak_z']:+.1f}"])
+        allx.add([name, fmt_t(e["start_ns"], t0), fmt_t(e["end_ns"], t0), fmt_z(e['peak_z'])])
     section("Anomalies before faults",
             ("\n".join(tx) if tx else "  no signal left its band before a fault") +
             f"\n  ({len(flat)} episode(s) outside the band in all; see report.md)",

@@ -22,6 +22,13 @@ def fmt_ns(ns) -> str:
     return f"{sign}{a / 1e9:.3f} s"
 
 
+def fmt_z(z) -> str:
+    """A robust z-score; one past ±999 means the signal was flat before it moved."""
+    if abs(z) > 999:
+        return f"{'+' if z > 0 else '-'}>999 (flat before)"
+    return f"{z:+.1f}"
+
+
 def fmt_t(t_ns, t0) -> str:
     """A time on the run's timeline: seconds since its start."""
     return f"{(int(t_ns) - int(t0)) / 1e9:+.6f} s"
