@@ -74,3 +74,19 @@ def test_real_run_exports_and_reports(name, tmp_path):
     md = (tmp_path / "report" / "report.md").read_text()
     assert "CUDA calls" in md and "Alignment" in md
     assert rep.files and all(os.path.getsize(tmp_path / "report" / f) > 0 for f in rep.files)
+
+
+def test_recovery_deadline_verdicts(capsys):
+    import json as _json
+
+    from clockalign.cli.main import main
+    with pytest.raises(SystemExit) as e:
+        main(["faults", os.path.join(DATA, "faults.ca"), "--json", "--deadline", "0.15"])
+    assert e.value.code == 0
+    doc = _json.loads(capsys.readouterr().out)
+    verdict = {(f["kind"], f["name"]): f["deadline"] for f in doc["faults"]
+               if f["kind"] != "cuda_sticky_error"}
+    assert verdict[("cuda_error", "CUDA_ERROR_OUT_OF_MEMORY")] == "met"          # 134.9 ms
+    assert verdict[("connect_error", "ECONNREFUSED")] == "MISSED"                # 200.6 ms
+    assert verdict[("cuda_error", "CUDA_ERROR_ILLEGAL_ADDRESS")] == \
+        "not healthy again before the run ended"

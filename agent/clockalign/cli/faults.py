@@ -55,7 +55,16 @@ def _chain_line(e) -> str:
     return "  ".join(parts)
 
 
-def render(tl, faults) -> list:
+def deadline_verdict(f, deadline_ns):
+    """'met' / 'MISSED' / 'not recovered by the end of the run' for the time to healthy."""
+    if f.kind not in ("cuda_error", "connect_error", "xid"):
+        return None
+    if f.healthy_ns is None:
+        return "not healthy again before the run ended"
+    return "met" if f.healthy_ns <= deadline_ns else "MISSED"
+
+
+def render(tl, faults, deadline_ns=None) -> list:
     """Text lines: one block per fault (sticky repeats appear under their first error)."""
     start = tl.start_ns
     shown = [f for f in faults if f.kind != "cuda_sticky_error"]
@@ -89,6 +98,9 @@ def render(tl, faults) -> list:
             tail.append(f"healthy after {fmt_ns(f.healthy_ns)}")
         if f.related:
             tail.append("same problem as " + ", ".join(f"#{r}" for r in f.related))
+        verdict = deadline_verdict(f, deadline_ns) if deadline_ns else None
+        if verdict:
+            tail.append(f"recovery deadline {fmt_ns(deadline_ns)}: {verdict}")
         if tail:
             lines.append(f"{'':7}" + "; ".join(tail))
     return lines
@@ -97,21 +109,31 @@ def render(tl, faults) -> list:
 @click.command("faults", epilog=EPILOG)
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of text.")
-def command(file, as_json):
+@click.option("--deadline", type=float, default=2.8, show_default=True,
+              help="Seconds a service may take from a fault to healthy again (0: don't judge).")
+def command(file, as_json, deadline):
     """List the faults of FILE in time order: CUDA errors (sticky ones grouped under the
     first), Xids (one fault per Xid, whichever sources saw it), failed connect() calls,
     fatal signals, non-zero exits and GPU power/thermal capping, each with its time on
     MONOTONIC ± uncertainty, the process and thread, and its chain: retries, later errors,
-    the next successful call and the recovery time.  Exits 3 when FILE is truncated (the
+    the next successful call and the recovery time, judged against --deadline (the time
+    from the fault to the first successful call after its last error).  Exits 3 when FILE is truncated (the
     faults found in what was kept are still listed)."""
     tl = Timeline.open(file)
     faults = tl.faults()
+    deadline_ns = int(deadline * 1e9) if deadline > 0 else None
     if as_json:
+        rows = []
+        for f in faults:
+            d = f.to_dict()
+            d["deadline"] = deadline_verdict(f, deadline_ns) if deadline_ns else None
+            rows.append(d)
         doc = {"file": tl.path, "truncated": tl.truncated, "start_ns": tl.start_ns,
-               "end_ns": tl.end_ns, "notes": tl.notes, "faults": [f.to_dict() for f in faults]}
+               "end_ns": tl.end_ns, "deadline_ns": deadline_ns, "notes": tl.notes,
+               "faults": rows}
         click.echo(json.dumps(doc, indent=1))
     else:
-        for line in render(tl, faults):
+        for line in render(tl, faults, deadline_ns):
             click.echo(line)
         for n in tl.notes:
             click.echo(f"note: {n}")
