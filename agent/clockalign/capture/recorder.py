@@ -145,8 +145,10 @@ class Recorder:
     # ---------------------------------------------------------------- run
     def run(self) -> dict:
         o = self.opts
-        if bool(o.pids) == bool(o.command):
-            raise ClockalignError("give either --pid PID (one or more) or -- COMMAND, not both")
+        if not o.pids and not o.command:
+            raise ClockalignError("nothing to record: give --pid PID (one or more) or -- COMMAND")
+        if o.pids and o.command:
+            raise ClockalignError("give either --pid PID or -- COMMAND, not both")
         preflight.require(needs_cuda=o.cuda)
         out_dir = os.path.dirname(os.path.abspath(o.output))
         if not os.access(out_dir, os.W_OK):
