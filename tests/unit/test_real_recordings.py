@@ -90,3 +90,14 @@ def test_recovery_deadline_verdicts(capsys):
     assert verdict[("connect_error", "ECONNREFUSED")] == "MISSED"                # 200.6 ms
     assert verdict[("cuda_error", "CUDA_ERROR_ILLEGAL_ADDRESS")] == \
         "not healthy again before the run ended"
+
+
+def test_info_shows_sampler_and_clock_probe_health(capsys):
+    from clockalign.cli.main import main
+    with pytest.raises(SystemExit) as e:
+        main(["info", os.path.join(DATA, "faults.ca")])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "counters  nvml: 202 samples every 0.02 s, 17 missed sampling deadlines" in out
+    assert "gpu clock GPU0: 4 bursts by ping-pong, 0 failures" in out
+    assert "events    cuda 38, connect 4, sched 217, xid 1" in out

@@ -61,6 +61,17 @@ def command(file):
         click.echo(f"drops     {sum(drops.values())}" +
                    (" (" + ", ".join(f"{k} {v}" for k, v in drops.items()) + ")" if drops else ""))
         click.echo(f"stopped   {r.trailer.get('reason')}")
+        helpers = r.trailer.get("helpers") or {}
+        c = helpers.get("counters")
+        if c and "samples" in c:
+            click.echo(f"counters  {c.get('backend', '?')}: {c['samples']} samples every "
+                       f"{c.get('interval_s', '?')} s, {c.get('missed_deadlines', 0)} missed "
+                       f"sampling deadlines, {c.get('errors', 0)} errors")
+        k = helpers.get("clocks")
+        if k and "bursts" in k:
+            for dom, n in (k.get("bursts") or {}).items():
+                click.echo(f"gpu clock {dom}: {n} bursts by {k.get('method', {}).get(dom)}, "
+                           f"{k.get('failures', {}).get(dom, 0)} failures")
         if r.trailer.get("child_exit"):
             click.echo(f"command   {r.trailer['child_exit']}")
     for n in r.rows(Chunk.NOTICES):
