@@ -288,3 +288,15 @@ def test_status_line_on_a_tty(fakecuda, tmp_path):
     screen = text.decode(errors="replace")
     assert "cuda=40" in screen and "drops=0" in screen and " MB" in screen, screen
     assert "\r" in screen
+
+
+def test_bcc_missing_is_one_sentence(tmp_path):
+    """With the bcc module unimportable, record stops at the preflight with what to do."""
+    code = ("import sys; sys.modules['bcc'] = None\n"
+            "from clockalign.cli.main import main\n"
+            f"main(['record', '--pid', '1', '-o', {str(tmp_path / 'x.ca')!r}])")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "clockalign: BCC: python module bcc not importable; run scripts/setup.sh (installs the OS "
+        "package python3-bpfcc; never 'pip install bcc')"]
