@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up clockalign on a Debian/Ubuntu host; safe to run again (each step checks first).
-#   sudo scripts/setup.sh            # OS packages, kernel headers, tracefs, .venv, /usr/local/bin/clockalign
+#   scripts/setup.sh      # OS packages, kernel headers, tracefs, .venv, /usr/local/bin/clockalign
+# Not root: it re-runs itself with sudo.  Root without sudo (a bare container): it installs
+# sudo too, so that `sudo clockalign ...` works as typed afterwards.
 # BCC comes from the OS package python3-bpfcc (the PyPI package "bcc" is unrelated).
 # Where no headers match the running kernel, the newest distro headers are linked at
 # /lib/modules/$(uname -r)/build (and -common at .../source), and this script says so.
@@ -10,14 +12,14 @@ ROOT=$(pwd)
 say() { echo "setup: $*"; }
 
 if [ "$(id -u)" -ne 0 ]; then
-    echo "setup: run as root (sudo scripts/setup.sh): it installs OS packages" >&2
-    exit 1
+    command -v sudo >/dev/null || { echo "setup: run as root: it installs OS packages" >&2; exit 1; }
+    exec sudo "$0" "$@"
 fi
 export DEBIAN_FRONTEND=noninteractive
 KREL=$(uname -r)
 
 need=()
-for pkg in python3-bpfcc python3-venv python3-pip gcc libc6-dev; do
+for pkg in python3-bpfcc python3-venv python3-pip gcc libc6-dev sudo; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 have_headers() { [ -e "/lib/modules/$KREL/build/include/linux/kconfig.h" ] || [ -e "/lib/modules/$KREL/build/Makefile" ]; }
