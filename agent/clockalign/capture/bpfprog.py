@@ -30,6 +30,16 @@ class ProbeOptions:
     max_threads: int = 65536
 
 
+def import_bcc():
+    """The bcc module (ImportError if absent), without the SyntaxWarnings that Debian's
+    bcc (0.26) raises when first compiled under Python >= 3.12."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        import bcc
+    return bcc
+
+
 def bpf_source_dir():
     return resources.files("clockalign") / "bpf"
 
@@ -86,7 +96,7 @@ class Probes:
         self.notes.extend(notes)
         self.cflags = flags
         try:
-            from bcc import BPF
+            BPF = import_bcc().BPF
         except ImportError:
             raise ClockalignError("BCC is not importable: install the OS package python3-bpfcc "
                                   "(scripts/setup.sh does); the PyPI package 'bcc' is unrelated")

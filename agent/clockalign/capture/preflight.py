@@ -7,6 +7,7 @@ import dataclasses
 import os
 
 from ..errors import ClockalignError
+from .bpfprog import import_bcc
 from .tracefs import mount_tracefs, tracefs_dir, tracepoint_exists
 
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
@@ -66,7 +67,7 @@ def check_tracefs() -> Check:
 
 def check_bcc() -> Check:
     try:
-        import bcc  # noqa: F401
+        bcc = import_bcc()
     except ImportError:
         return Check("BCC", False, "python module bcc not importable",
                      f"{SETUP} (installs the OS package python3-bpfcc; never 'pip install bcc')")
@@ -76,7 +77,7 @@ def check_bcc() -> Check:
 def check_headers() -> Check:
     build = f"/lib/modules/{os.uname().release}/build"
     try:
-        from bcc import BPF
+        BPF = import_bcc().BPF
     except ImportError:
         return Check("kernel headers", False, "cannot test without BCC", SETUP)
     try:
