@@ -18,9 +18,10 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 from clockalign.cli.main import main as cli_main
 from clockalign.export import export_run
 from clockalign.export import varbytes as vb
+from clockalign.export.chrome_json import write_chrome_json
 from clockalign.export.perfetto import write_perfetto
 from clockalign.store.reader import RunReader
-from clockalign.store.schema import EVENT_DTYPE, Chunk, Kind
+from clockalign.store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, Chunk, Kind, unpack_dims
 from clockalign.store.writer import RunWriter
 from clockalign.timeline import Timeline
 
@@ -281,22 +282,106 @@ def test_out_of_order_and_nested_calls_stay_balanced(tmp_path):
     assert lanes, "overlapping calls go to an overflow lane"
 
 
-def test_export_memory_is_bounded(tmp_path):
-    """Peak memory does not grow with the run: 4x the events, about the same peak."""
+@pytest.mark.parametrize("fmt", ["perfetto", "chrome-json"])
+def test_export_memory_is_bounded(tmp_path, fmt):
+    """Peak memory does not grow with the run: 4x the events, about the same peak, fault
+    finding included (it keeps the failing calls, not every call)."""
     from clockalign.export.synthetic import make_run
+    write = write_perfetto if fmt == "perfetto" else write_chrome_json
+    warm = str(tmp_path / "warm.ca")
+    make_run(warm, n_events=2000, duration_s=10, chunk_rows=2048)
+    with open(os.devnull, "wb") as f:               # imports and one-time caches
+        write(Timeline.open(warm), f, batch_rows=4096)
     peaks = []
     for n in (20_000, 80_000):
         path = str(tmp_path / f"m{n}.ca")
         make_run(path, n_events=n, duration_s=10, chunk_rows=2048)
         tl = Timeline.open(path)
-        tl.faults()
-        _ = tl.threads
         tracemalloc.start()
-        with open(tmp_path / "m.pftrace", "wb") as f:
-            write_perfetto(tl, f, batch_rows=4096)
+        with open(tmp_path / "m.out", "wb") as f:
+            write(tl, f, batch_rows=4096)
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
     assert peaks[1] < 1.6 * peaks[0], peaks
+
+
+def test_fault_finding_memory_is_bounded(tmp_path):
+    """Timeline.faults() keeps failing calls and what their chains need, not every call:
+    8x the events, about the same peak."""
+    from clockalign.export.synthetic import make_run
+    found = []
+    for n in (2000, 20_000, 160_000):
+        path = str(tmp_path / f"f{n}.ca")
+        make_run(path, n_events=n, duration_s=10, chunk_rows=2048)
+        tl = Timeline.open(path, models={})
+        tl.threads
+        tracemalloc.start()
+        faults = tl.faults()
+        found.append((tracemalloc.get_traced_memory()[1], faults))
+        tracemalloc.stop()
+    (_, _), (small, fs), (big, fb) = found
+    assert big < 1.3 * small, (small, big)
+    for faults in (fs, fb):          # the same story at every size: an OOM chain that recovers
+        oom = [f for f in faults if f.name == "CUDA_ERROR_OUT_OF_MEMORY"]
+        assert oom and all(f.chain[-1]["what"] == "success" and f.recovery_ns > 0
+                           and f.healthy_ns is not None for f in oom)
+        assert any(f.kind == "cuda_sticky_error" for f in faults)
+
+
+def test_json_holds_every_call_as_the_run_has_it(run, tmp_path):
+    """Each CUDA call's slice carries the run's own values: name, times, every argument."""
+    out = tmp_path / "run.json"
+    export_run(Timeline.open(run), str(out), "chrome-json")
+    evs = json.loads(out.read_text())["traceEvents"]
+    tids = {e["args"]["name"]: e["tid"] for e in evs if e.get("name") == "thread_name"}
+    got = {}
+    for e in evs:
+        if e["ph"] == "X" and e["cat"] == "cuda":
+            key = (e["tid"], round(e["ts"] * 1000))
+            assert key not in got
+            got[key] = e
+    ev = RunReader(run).events()
+    cuda = ev[ev["kind"] == Kind.CUDA]
+    assert len(got) == len(cuda) and tids
+    for c in cuda:
+        e = got[(int(c["tid"]), int(c["ts"]))]
+        fn, args = CUDA_FUNCTIONS[int(c["code"])]
+        assert e["name"].split(":")[0] == fn
+        assert round(e["dur"] * 1000) == int(c["dur"]) and e["pid"] == int(c["pid"])
+        for j, arg in enumerate(args):
+            v = int(c[f"a{j}"])
+            if not arg:
+                continue
+            if arg in ("grid", "block"):
+                x, y, z = (int(d[0]) for d in unpack_dims(np.array([v], np.uint64)))
+                assert e["args"][arg] == f"{x}x{y}x{z}"
+            elif arg in ("func", "dptr", "stream", "dst", "src", "event"):
+                assert e["args"][arg] == f"0x{v:x}"
+            else:
+                assert e["args"][arg] == v
+        assert e["args"]["result"].startswith("CUDA_")
+
+
+def test_json_rare_wide_record_keeps_its_place(tmp_path):
+    """A record much wider than its batch's others (a long unix socket path) is written in
+    its place, the others stay narrow, and the file parses."""
+    path = str(tmp_path / "wide.ca")
+    rows = [dict(ts=1000 + 10 * i, dur=5, tid=11 + i % 3, kind=Kind.CUDA, pid=10, code=9,
+                 a0=0x55000000) for i in range(300)]
+    sun = b"\x01\x00/run/" + b"x" * 45
+    rows.insert(150, dict(ts=2495, dur=3, tid=12, kind=Kind.CONNECT, pid=10, ret=0, a0=7,
+                          a1=len(sun), data=np.void(sun.ljust(56, b"\0"))))
+    _write_events(path, rows, [list(range(len(rows)))])
+    out = tmp_path / "wide.json"
+    export_run(Timeline.open(path), str(out), "chrome-json")
+    text = out.read_text()
+    evs = [e for e in json.loads(text)["traceEvents"] if e["ph"] == "X"]
+    assert len(evs) == 301
+    assert [round(e["ts"] * 1000) for e in evs] == sorted(round(e["ts"] * 1000) for e in evs)
+    conn = [e for e in evs if e["cat"] == "net"]
+    assert len(conn) == 1 and conn[0]["args"]["peer"] == "unix:/run/" + "x" * 45
+    widths = {len(line) for line in text.splitlines() if '"cuStreamSynchronize"' in line}
+    assert max(widths) < len(next(ln for ln in text.splitlines() if '"net"' in ln))
 
 
 def _cli(args, capsys):
@@ -359,6 +444,33 @@ def test_text_numbers():
         b"0x0,0xff,"
 
 
+def test_text_into_place():
+    """The fixed-width writers the JSON rows use, against Python's own formatting."""
+    rng = np.random.default_rng(5)
+    u = np.concatenate([np.array([0, 9, 10, 9999, 10000, 10**15, 2**64 - 1], np.uint64),
+                        rng.integers(0, 2**63, 300).astype(np.uint64)])
+    w = vb.decimal_digits(int(u.max()))
+    d = np.zeros((len(u), w), np.uint8)
+    vb.put_decimal(d, u)
+    assert [bytes(r).decode() for r in d] == [str(v).rjust(w) for v in u.tolist()]
+    s = np.array([-5, 0, 70, -(2**63), 2**63 - 1, -1000], np.int64)
+    d = np.zeros((len(s), 20), np.uint8)
+    vb.put_signed(d, s)
+    assert [bytes(r).decode() for r in d] == [str(v).rjust(20) for v in s.tolist()]
+    ns = np.concatenate([np.array([0, 1, 999, 1000, -1, -1500, 2**63 - 1], np.int64),
+                         rng.integers(-10**13, 10**17, 300)])
+    w = vb.micros_width(ns)
+    d = np.zeros((len(ns), w), np.uint8)
+    vb.put_micros(d, ns)
+    want = [("-" if v < 0 else "") + f"{abs(v) // 1000}.{abs(v) % 1000:03d}" for v in ns.tolist()]
+    assert [bytes(r).decode() for r in d] == [x.rjust(w) for x in want]
+    nd = vb.hex_digits(u)
+    d = np.full((len(u), int(nd.max()) + 1), 32, np.uint8)
+    vb.put_hex(d, u, nd)
+    assert [bytes(r).decode() for r in d] == [(f"{v:x}" + '"').ljust(d.shape[1])
+                                              for v in u.tolist()]
+
+
 @pytest.mark.skipif(not os.environ.get("CLOCKALIGN_TRACE_PROCESSOR"),
                     reason="set CLOCKALIGN_TRACE_PROCESSOR to a trace_processor_shell binary "
                            "(none ships with the perfetto wheel and none can be downloaded "
@@ -382,9 +494,14 @@ def test_trace_processor_loads_the_trace(pftrace, kinds):
 def test_bench_script_runs(tmp_path):
     """The benchmark runs end to end on a small run (numbers are not judged here)."""
     script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "bench_export.py")
-    p = subprocess.run([sys.executable, script, "-n", "3000", "--duration", "2", "--repeat", "1",
-                        "--results", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, script, "-n", "3000", "6000", "--duration", "2",
+                        "--repeat", "1", "--results", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     doc = json.loads((tmp_path / "export-bench.json").read_text())
     assert set(doc["results"]) == {"perfetto", "chrome-json"}
+    assert [s["events"] > 0 for s in doc["sizes"]] == [True, True]
+    assert set(doc["rss_growth"]) == {"perfetto", "chrome-json"}
+    for r in doc["results"].values():
+        assert r["peak_rss_mb"] >= r["peak_anon_mb"] > 0
     assert "events/s" in (tmp_path / "export-bench.md").read_text()

@@ -3,9 +3,11 @@
 Slices are complete events (``"ph":"X"``, so nothing needs balancing), instants ``"i"``,
 GPU counters ``"C"`` (one pseudo-process per GPU), fault chains flows ``"s"``/``"t"``/``"f"``
 bound to the enclosing slice, names ``"M"`` (process_name, thread_name).  Times are µs
-with the nanoseconds as three decimals (``"ts":1000001.003778``), MONOTONIC like the
-native export.  JSON has no child tracks: off-CPU tracks and overflow lanes (model.py) are
-pseudo-threads with tids from 2^30 up, named "<tid> off-CPU" etc. in their metadata.
+with the nanoseconds as three decimals (``"ts":1000001.003``), MONOTONIC like the native
+export; pointers are hex strings (``"0x7f0000001040"``).  JSON has no child tracks: off-CPU
+tracks and overflow lanes (model.py) are pseudo-threads with tids from 2^30 up, named
+"<tid> off-CPU" etc. in their metadata.  Records are padded with spaces where JSON allows
+whitespace (see below), so every parser reads them as written.
 
     with open("run.json", "wb") as f:
         stats = write_chrome_json(tl, f)
@@ -17,8 +19,7 @@ import numpy as np
 from ..store.counter_fields import FIELDS
 from . import varbytes as vb
 from .clocks import clock_snapshot
-from .model import (ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR, V_UINT, TraceModel,
-                    stream)
+from .model import ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR, TraceModel, stream
 
 SEP = b",\n"
 
@@ -27,56 +28,202 @@ def _js(s) -> bytes:
     return json.dumps(s, ensure_ascii=False).encode()
 
 
-# Rows share one layout: a short value is padded with spaces, which JSON allows between
-# tokens (varbytes.py says why); a string column is as wide as its longest string in the
-# batch.  Absent annotations are left out (a mask).
+# Bulk rows are built by shape (same kind, name and annotations): a shape's rows share one
+# template row, and only what varies (thread, times, values) is written into its holes,
+# numbers right-aligned with leading spaces and strings padded after their closing quote
+# (JSON allows whitespace between tokens).  The batch is then one matrix of rows, each
+# row padded with spaces after its closing brace, written out as it is.  A rare shape much
+# wider than the rest is written between the matrix's rows rather than widening them all.
+_CAT_JS = [_js(c) for c in CATEGORIES]
+_KEY_JS = [_js(a) + b":" for a in ANN_NAMES]
+_HEAD = {True: b'{"ph":"X","cat":', False: b'{"ph":"i","s":"t","cat":'}
+_BOOLS = np.array([list(b"false"), list(b"true ")], dtype=np.uint8)
 _SP = 32
-_PH = vb.Table([b"X", b"i"])
-_CATS = vb.Table([_js(c) for c in CATEGORIES])
-_KEYS = vb.Table([_js(a) + b":" for a in ANN_NAMES], pad=b" ")
-_COMMA = vb.Table([b" ", b","])
-_BOOLS = vb.Table([b"false", b"true"], pad=b" ")
+_WIDE_SHARE = 64        # shapes holding at most 1/64 of a batch may be wider than the matrix
 
 
-def _ts(ns) -> list:
-    ns = np.asarray(ns, dtype=np.int64)
-    return [vb.decimal(ns // 1000, pad=True), vb.const(b"."), vb.decimal(ns % 1000, 3)]
+class _Texts:
+    """Byte strings by id, exact (``items``) and space-padded in a matrix for gathering
+    (``b``, lengths ``n``).  Grows in place: a snapshot taken before growth stays valid for
+    the ids it had, so encoder threads can use one while the main thread adds more."""
+
+    def __init__(self):
+        self.items = []
+        self.b = np.full((64, 8), _SP, dtype=np.uint8)
+        self.n = np.zeros(64, dtype=np.int64)
+
+    def extend(self, texts):
+        if not texts:
+            return
+        start = len(self.items)
+        self.items.extend(texts)
+        need, w = len(self.items), max(len(t) for t in texts)
+        if need > len(self.n) or w > self.b.shape[1]:
+            cap = max(need, 2 * len(self.n))
+            b = np.full((cap, max(w, self.b.shape[1])), _SP, dtype=np.uint8)
+            b[:start, :self.b.shape[1]] = self.b[:start]
+            n = np.zeros(cap, dtype=np.int64)
+            n[:start] = self.n[:start]
+            self.b, self.n = b, n
+        for i, t in enumerate(texts, start):
+            self.b[i, :len(t)] = np.frombuffer(t, dtype=np.uint8)
+            self.n[i] = len(t)
+
+    def snapshot(self):
+        return self.items, self.b, self.n
 
 
-def _blank(parts, keep, n) -> vb.Part:
-    """The parts side by side as one part, present only on rows where keep is true."""
-    w = sum(p.width for p in parts)
-    b = np.empty((n, w), dtype=np.uint8)
-    off = 0
-    for p in parts:
-        b[:, off:off + p.width] = p.b
-        off += p.width
-    return vb.Part(b, w, keep)
+class _Row:
+    """A template row with holes: ``const`` bytes, ``hole(width, fill, *args)`` where
+    ``fill(dst, *args)`` writes the hole of every row (dst: uint8 (rows, width))."""
+
+    def __init__(self, head: bytes):
+        self.tpl = bytearray(head)
+        self.holes = []
+
+    def const(self, data: bytes):
+        self.tpl += data
+
+    def hole(self, width: int, fill, *args):
+        self.holes.append((len(self.tpl), width, fill, args))
+        self.tpl += b" " * width
+
+    def build(self, rows: int) -> np.ndarray:
+        m = np.empty((rows, len(self.tpl)), dtype=np.uint8)
+        m[:] = np.frombuffer(bytes(self.tpl), dtype=np.uint8)
+        for off, w, fill, args in self.holes:
+            fill(m[:, off:off + w], *args)
+        return m
 
 
-def _value(vtype, value, present, names, n) -> vb.Part:
-    """One annotation value per row as JSON text, padded with spaces to one width."""
-    groups = []
-    for vt, fn in ((V_UINT, lambda v: vb.decimal(v, pad=True)),
-                   (V_INT, lambda v: vb.signed_decimal(v.view(np.int64), pad=True)),
-                   (V_PTR, lambda v: _quoted(vb.hexadecimal(v, pad=True))),
-                   (V_STR, lambda v: names.take(v.astype(np.intp))),
-                   (V_BOOL, lambda v: _BOOLS.take((v != 0).astype(np.intp)))):
-        idx = np.flatnonzero(present & (vtype == vt))
-        if len(idx):
-            groups.append((idx, fn(value[idx])))
-    w = max([p.width for _, p in groups] + [1])
-    b = np.full((n, w), _SP, dtype=np.uint8)
-    for idx, p in groups:
-        b[idx, :p.width] = p.b
-    return vb.Part(b, w)
+def _gather(dst, table, idx):
+    dst[:] = table[idx, :dst.shape[1]]
 
 
-def _quoted(p: vb.Part) -> vb.Part:
-    b = np.empty((p.b.shape[0], p.width + 2), dtype=np.uint8)
-    b[:, 0] = b[:, -1] = ord('"')
-    b[:, 1:-1] = p.b
-    return vb.Part(b, p.width + 2)
+def _put_bools(dst, v):
+    dst[:] = _BOOLS[(v != 0).astype(np.intp)]
+
+
+def _shapes(b) -> list:
+    """Row indexes of each shape of row in the batch (ascending within a shape)."""
+    sl = b.slots
+    present = np.zeros(b.n, dtype=np.int64)
+    layout = np.zeros(b.n, dtype=np.uint64)        # name and type of every slot, 9 bits each
+    for k in range(sl.present.shape[0]):
+        p = sl.present[k]
+        present |= p.astype(np.int64) << k
+        code = (sl.name[k].astype(np.uint64) << np.uint64(3)) + sl.vtype[k].astype(np.uint64) + 1
+        layout = (layout << np.uint64(9)) | np.where(p, code, np.uint64(0))
+    key = (b.name.astype(np.int64) << 27) | (b.kind.astype(np.int64) << 11) | (
+        b.cat.astype(np.int64) << 8) | (b.slice.astype(np.int64) << 7) | present
+    uniq, inv = np.unique(key, return_inverse=True)
+    if len(uniq) == 1:
+        groups = [np.arange(b.n)]
+    else:
+        inv = inv.reshape(-1).astype(np.uint16 if len(uniq) < 65536 else np.int64)
+        order = np.argsort(inv, kind="stable")
+        groups = np.split(order, np.cumsum(np.bincount(inv))[:-1])
+    out = []
+    for rows in groups:
+        lay = layout[rows]
+        if lay.min() == lay.max():
+            out.append(rows)
+        else:          # same kind and name, other annotations: split by them
+            u, i = np.unique(lay, return_inverse=True)
+            i = i.reshape(-1)
+            out.extend(rows[i == j] for j in range(len(u)))
+    return out
+
+
+def _shape_text(b, rows, texts, tracks) -> np.ndarray:
+    """The records of one shape of row as a (rows, width) matrix."""
+    items, tb, tn = texts
+    r0 = int(rows[0])
+    sliced = bool(b.slice[r0])
+    row = _Row(SEP + _HEAD[sliced] + _CAT_JS[int(b.cat[r0])] + b',"name":'
+               + items[int(b.name[r0])] + b",")
+    tr = b.track[rows]
+    if tr.min() == tr.max():
+        row.const(tracks[0][int(tr[0])])
+    else:
+        row.hole(int(tracks[2][tr].max()), _gather, tracks[1], tr)
+    start = b.start[rows]
+    row.const(b',"ts":')
+    row.hole(vb.micros_width(start), vb.put_micros, start)
+    if sliced:
+        dur = b.end[rows] - start
+        row.const(b',"dur":')
+        row.hole(vb.micros_width(dur), vb.put_micros, dur)
+    row.const(b',"args":{')
+    sl = b.slots
+    sep = b""
+    for k in np.flatnonzero(sl.present[:, r0]).tolist():
+        row.const(sep + _KEY_JS[int(sl.name[k, r0])])
+        sep = b","
+        vt = int(sl.vtype[k, r0])
+        v = sl.value[k, rows]
+        lo, hi = int(v.min()), int(v.max())
+        if lo == hi:
+            row.const(_value_text(vt, lo, items))
+        elif vt == V_INT:
+            vi = v.view(np.int64)
+            m = max(abs(int(vi.min())), abs(int(vi.max())))
+            row.hole(vb.decimal_digits(m) + 1, vb.put_signed, vi)
+        elif vt == V_PTR:
+            nd = vb.hex_digits(v)
+            row.const(b'"0x')
+            row.hole(int(nd.max()) + 1, vb.put_hex, v, nd)
+        elif vt == V_STR:
+            ids = v.astype(np.intp)
+            row.hole(int(tn[ids].max()), _gather, tb, ids)
+        elif vt == V_BOOL:
+            row.hole(5, _put_bools, v)
+        else:                                  # V_UINT
+            row.hole(vb.decimal_digits(hi), vb.put_decimal, v)
+    row.const(b"}}")
+    return row.build(len(rows))
+
+
+def _value_text(vt: int, v: int, items) -> bytes:
+    if vt == V_STR:
+        return items[v]
+    if vt == V_PTR:
+        return b'"0x%x"' % v
+    if vt == V_BOOL:
+        return b"true" if v else b"false"
+    if vt == V_INT:
+        return b"%d" % (v - (1 << 64) if v >= 1 << 63 else v)
+    return b"%d" % v
+
+
+def _interleave(n: int, shapes: list):
+    """One batch's rows in row order from its shapes' matrices: one matrix as wide as the
+    shapes that hold most rows, and the rows of rare wider shapes written between its rows."""
+    if len(shapes) == 1 and len(shapes[0][0]) == n:
+        return shapes[0][1].reshape(-1)
+    by_width = sorted(shapes, key=lambda s: -s[1].shape[1])
+    wide, spare = [], n // _WIDE_SHARE
+    for s in by_width[:-1]:
+        if len(s[0]) > spare:
+            break
+        wide.append(s)
+        spare -= len(s[0])
+    width = by_width[len(wide)][1].shape[1]
+    mat = np.full((n, width), _SP, dtype=np.uint8)
+    for rows, m in by_width[len(wide):]:
+        mat[rows, :m.shape[1]] = m
+    if not wide:
+        return mat.reshape(-1)
+    at = np.concatenate([rows for rows, _ in wide])
+    texts = [m[i] for _, m in wide for i in range(len(m))]
+    pieces, prev = [], 0
+    for k in np.argsort(at, kind="stable").tolist():
+        r = int(at[k])
+        pieces.append(mat[prev:r].reshape(-1))
+        pieces.append(texts[k])
+        prev = r + 1
+    pieces.append(mat[prev:].reshape(-1))
+    return b"".join(pieces)
 
 
 class JsonWriter:
@@ -85,8 +232,8 @@ class JsonWriter:
         self.model = model
         self.bytes = 0
         self.records = 0
-        self._names = None
-        self._names_len = -1
+        self._texts = _Texts()           # JSON of each interned string, by string id
+        self._tracks = _Texts()          # '"pid":P,"tid":T' of each track, by track idx
 
     def raw(self, blob: bytes, records: int):
         self.f.write(blob)
@@ -102,15 +249,6 @@ class JsonWriter:
         if ts_ns is not None:
             text = text[:-1] + f',"ts":{_us(int(ts_ns))}}}'
         self.raw(SEP + text.encode(), 1)
-
-    def names(self):
-        """(event names, string values): the same strings, exact and space-padded."""
-        items = self.model.strings.items
-        if len(items) != self._names_len:
-            js = [_js(s) for s in items]
-            self._names = (vb.Table(js), vb.Table(js, pad=b" "))
-            self._names_len = len(items)
-        return self._names
 
     def declare(self, tracks):
         for t in tracks:
@@ -134,36 +272,22 @@ class JsonWriter:
                              "tid": t.json_tid, "args": {"sort_index": t.parent.json_tid}})
 
     def prepare(self, b):
-        """Main-thread part of a batch: metadata of new tracks; returns the encode context."""
+        """Main-thread part of a batch: metadata of new tracks, texts of new strings and
+        tracks; returns the encode context."""
         tr = self.model.tracks
         self.declare(tr.take_new())
-        return (tr.jpid_lut, tr.jtid_lut, self.names())
+        items = self.model.strings.items
+        self._texts.extend([_js(s) for s in items[len(self._texts.items):]])
+        self._tracks.extend([b'"pid":%d,"tid":%d' % (t.json_pid, t.json_tid)
+                             for t in tr.all[len(self._tracks.items):]])
+        return self._texts.snapshot(), self._tracks.snapshot()
 
     @staticmethod
-    def encode(b, ctx) -> bytes:
-        """The batch's records (thread-safe: reads only ``b`` and ``ctx``)."""
-        jpid, jtid, (names, padded) = ctx
-        n = b.n
-        parts = [vb.const(SEP + b'{"ph":"'), _PH.take(~b.slice), vb.const(b'",'),
-                 vb.masked(vb.const(b'"s":"t",'), ~b.slice), vb.const(b'"cat":'),
-                 _CATS.take(b.cat), vb.const(b',"name":'),
-                 names.take(b.name), vb.const(b',"pid":'), vb.decimal(jpid[b.track], pad=True),
-                 vb.const(b',"tid":'), vb.decimal(jtid[b.track], pad=True),
-                 vb.const(b',"ts":')]
-        parts += _ts(b.start)
-        parts.append(_blank([vb.const(b',"dur":')] + _ts(b.end - b.start), b.slice, n))
-        parts.append(vb.const(b',"args":{'))
-        sl = b.slots
-        seen = np.zeros(n, dtype=bool)
-        for k in range(sl.present.shape[0]):
-            pres = sl.present[k]
-            if not pres.any():
-                continue
-            parts.append(_blank([_COMMA.take(seen.astype(np.intp)), _KEYS.take(sl.name[k]),
-                                 _value(sl.vtype[k], sl.value[k], pres, padded, n)], pres, n))
-            seen |= pres
-        parts.append(vb.const(b"}}"))
-        return vb.flatten(parts, n)
+    def encode(b, ctx):
+        """The batch's records as bytes (thread-safe: reads only ``b`` and ``ctx``)."""
+        texts, tracks = ctx
+        return _interleave(b.n, [(rows, _shape_text(b, rows, texts, tracks))
+                                 for rows in _shapes(b)])
 
     def counters(self, rows):
         tr = self.model.tracks

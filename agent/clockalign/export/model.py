@@ -209,14 +209,18 @@ class Lanes:
             self.base_end = np.concatenate(
                 [self.base_end, np.full(n - len(self.base_end) + 64, NO_END, np.int64)])
 
-    def assign(self, base: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """Track idx per row: its base track, or the first overflow lane it fits in."""
+    def assign(self, base: np.ndarray, start: np.ndarray, end: np.ndarray,
+               by_start: np.ndarray = None) -> np.ndarray:
+        """Track idx per row: its base track, or the first overflow lane it fits in.
+        ``by_start``: np.argsort(start, kind="stable"), if the caller has it."""
         self._grow()
         n = len(base)
         out = base.copy()
         if n == 0:
             return out
-        order = np.lexsort((start, base))
+        if by_start is None:
+            by_start = np.argsort(start, kind="stable")
+        order = by_start[_stable_order(base[by_start])]       # == np.lexsort((start, base))
         b, s, e = base[order], start[order], end[order]
         first = np.empty(n, dtype=bool)
         first[0] = True
@@ -265,13 +269,56 @@ class Lanes:
         return out
 
 
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """np.argsort(keys, kind="stable") of small non-negative ints, by radix sort when it can."""
+    if len(keys) and 0 <= keys.min() and keys.max() < (1 << 16):
+        keys = keys.astype(np.uint16)
+    return np.argsort(keys, kind="stable")
+
+
+def factorize(values) -> tuple:
+    """(the distinct values, ascending; index of each value in them), as np.unique gives,
+    without a sort when the values span a small range (function ids, result codes)."""
+    v = np.asarray(values)
+    if not len(v):
+        return v[:0], np.zeros(0, dtype=np.intp)
+    lo, hi = v.min(), v.max()
+    if lo == hi:
+        return v[:1].copy(), np.zeros(len(v), dtype=np.intp)
+    if v.dtype.kind in "iu" and int(hi) - int(lo) < (1 << 16):
+        off = (v - lo).astype(np.intp)
+        nz = np.flatnonzero(np.bincount(off))
+        lut = np.zeros(int(hi) - int(lo) + 1, dtype=np.intp)
+        lut[nz] = np.arange(len(nz))
+        return nz.astype(v.dtype) + lo, lut[off]
+    uniq, inv = np.unique(v, return_inverse=True)
+    return uniq, inv.reshape(-1)
+
+
+class _Columns:
+    """Fields of some rows of a TIMELINE_DTYPE batch, gathered one field at a time when
+    first asked for (a whole-row copy of the structured array is several times slower)."""
+
+    def __init__(self, ev, rows):
+        self.ev, self.rows, self.cols = ev, rows, {}
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, name):
+        c = self.cols.get(name)
+        if c is None:
+            c = self.cols[name] = self.ev[name][self.rows]
+        return c
+
+
 class Slots:
     """Up to SLOTS debug annotations per row: name id, value type and 64-bit value."""
 
     def __init__(self, n: int):
         self.present = np.zeros((SLOTS, n), dtype=bool)
-        self.name = np.zeros((SLOTS, n), dtype=np.int64)
-        self.vtype = np.zeros((SLOTS, n), dtype=np.int64)
+        self.name = np.zeros((SLOTS, n), dtype=np.int16)      # index in ANN_NAMES
+        self.vtype = np.zeros((SLOTS, n), dtype=np.int8)
         self.value = np.zeros((SLOTS, n), dtype=np.uint64)
 
     def put(self, k: int, rows, name: str, vtype: int, values, keep=None):
@@ -419,19 +466,19 @@ class TraceModel:
         return lut[inv.reshape(-1)]
 
     def _fn_name_ids(self, fids, suffix=""):
-        out = np.empty(len(fids), dtype=np.int64)
-        for f in np.unique(fids).tolist():
+        uniq, inv = factorize(fids)
+        lut = np.empty(len(uniq), dtype=np.int64)
+        for i, f in enumerate(uniq.tolist()):
             key = (f, suffix)
             if key not in self._fn_sid:
                 self._fn_sid[key] = self.strings.id(decode.cuda_function_name(f) + suffix)
-            out[fids == f] = self._fn_sid[key]
-        return out
+            lut[i] = self._fn_sid[key]
+        return lut[inv]
 
     def _str_ids(self, values, fn):
         """String ids of fn(v) for each distinct v of a small-cardinality column."""
-        uniq, inv = np.unique(values, return_inverse=True)
-        ids = self.strings.ids_of([fn(v) for v in uniq.tolist()])
-        return ids[inv.reshape(-1)]
+        uniq, inv = factorize(values)
+        return self.strings.ids_of([fn(v) for v in uniq.tolist()])[inv]
 
     def build(self, ev) -> Batch:
         n = len(ev)
@@ -445,19 +492,19 @@ class TraceModel:
         cls[kind == Kind.SCHED] = 1
         cls[kind == Kind.XID] = 3
         base = self._base_tracks(ev, cls)
-        track = self.lanes.assign(base, start, end)
-
         order = np.argsort(start, kind="stable")
-        ev, kind, start, end, is_slice, track = (
-            ev[order], kind[order], start[order], end[order], is_slice[order], track[order])
+        track = self.lanes.assign(base, start, end, order)
+
+        kind, start, end, is_slice, track = (
+            kind[order], start[order], end[order], is_slice[order], track[order])
+        tid = ev["tid"][order]
         cat = np.full(n, CAT["thread"], dtype=np.int64)
         name = np.zeros(n, dtype=np.int64)
         slots = Slots(n)
-        data = None
 
-        for k in np.unique(kind).tolist():
+        for k in factorize(kind)[0].tolist():
             rows = np.flatnonzero(kind == k)
-            sub = ev[rows]
+            sub = _Columns(ev, order[rows])
             self.counts[k] = self.counts.get(k, 0) + len(rows)
             if k in (Kind.CUDA, Kind.CUDA_UNFINISHED):
                 cat[rows] = CAT["cuda"]
@@ -525,9 +572,9 @@ class TraceModel:
                 slots.put(3, rows, "cpu_in", V_UINT, sub["a2"])
             else:
                 self._instants(k, rows, sub, name, cat, slots)
-        flows = self._match_chains(start, ev["tid"], track, kind)
+        flows = self._match_chains(start, tid, track, kind)
         return Batch(n=n, start=start, end=end, slice=is_slice, track=track, cat=cat,
-                     name=name, slots=slots, kind=kind, tid=ev["tid"], flows=flows)
+                     name=name, slots=slots, kind=kind, tid=tid, flows=flows)
 
     def _instants(self, k, rows, sub, name, cat, slots):
         raw = decode.data_rows(sub)
@@ -577,9 +624,9 @@ def stream(model: TraceModel, writer, progress=None, workers: int = None):
     """Drive a writer over all batches, encoding on a second thread.
 
     ``writer.prepare(batch)`` runs here, in order (it owns the writer's state: tracks
-    declared, strings interned) and may write packets; ``writer.encode(batch, ctx)`` is pure
-    numpy, which releases the GIL, so encoding runs on the other cores while this thread
-    reads and builds the next batch.  Output order is kept: a batch's bytes follow what its
+    declared, strings interned) and may write packets; ``writer.encode(batch, ctx)`` is
+    mostly numpy, which releases the GIL, so encoding runs on the other cores while this
+    thread reads and builds the next batch; it returns bytes or a 1-D uint8 array.  Output order is kept: a batch's bytes follow what its
     prepare wrote, batches in order.  Memory stays bounded: at most workers + 1 batches wait.
     """
     import collections

@@ -25,6 +25,10 @@ the same function: the recovery) or ``exit``.  ``recovery_ns`` runs from the fai
 call's entry to the return of that successful call; ``healthy_ns`` from the fault to the
 return of the first successful call of any function after the last error of the chain.
 
+Memory follows the number of failing calls, not the run: one pass over the events keeps the
+failing calls, Xids, exits and fatal signals; a second pass finds, for each failing call,
+the successful calls its chain can end on, and keeps only those.
+
     for f in find_faults(tl): print(f.id, f.kind, f.name, f.recovery_ns)
 """
 import dataclasses
@@ -94,25 +98,44 @@ def _entry(f: Fault, t, unc, what, **kw) -> dict:
     return e
 
 
-def _first_at_or_after(ts: np.ndarray, x: int):
-    i = int(np.searchsorted(ts, x, side="left"))
-    return i if i < len(ts) else None
-
-
 # ---------------------------------------------------------------------- collection
+_OTHER_KINDS = np.array([Kind.XID, Kind.PROC_EXIT, Kind.THREAD_EXIT, Kind.SIGNAL],
+                        dtype=np.uint16)
+_FATAL = np.asarray(sorted(FATAL_SIGNALS), dtype=np.int32)
+_DELIVERED = np.asarray(SIGNAL_DELIVERED, dtype=np.uint16)
+_CUDA_COLS = ("pid", "tid", "code", "ret")
+
+
+def _failed_connect(ret) -> np.ndarray:
+    # A non-blocking connect() returns EINPROGRESS: its outcome is not seen here.
+    return (ret < 0) & (ret != -errno.EINPROGRESS)
+
+
+def _peer_keys(data, alen) -> np.ndarray:
+    """One key per connect() peer: the sockaddr bytes up to its length, the rest zeroed."""
+    raw = np.frombuffer(np.ascontiguousarray(data).tobytes(), dtype=np.uint8)
+    raw = raw.reshape(len(data), 56).copy()
+    raw[np.arange(56)[None, :] >= np.minimum(alen.astype(np.int64), 56)[:, None]] = 0
+    return raw.view("V56").ravel()
+
+
 def _collect(tl) -> dict:
-    """The events faults are made of, reading only the columns needed for CUDA calls."""
-    other_kinds = np.array([Kind.CONNECT, Kind.XID, Kind.PROC_EXIT, Kind.THREAD_EXIT,
-                            Kind.SIGNAL], dtype=np.uint16)
+    """The events faults are made of, in one pass, keeping only what can make a fault: failing
+    CUDA calls and connect()s, Xids, exits, deaths and fatal signals.  Successful calls are
+    many (they are most of a run) and are not kept: ``_next_successes`` finds the few the
+    chains need in a second pass, so memory follows the number of errors, not the run."""
     cuda, conn, other = [], [], []
     for cols in tl.reader.iter_columns(Chunk.EVENTS):
-        k = cols["kind"]
-        m = k == Kind.CUDA
+        k, ret = cols["kind"], cols["ret"]
+        m = (k == Kind.CUDA) & (ret != 0)
         if m.any():
             cuda.append({"t_ns": cols["ts"][m].astype(np.int64),
                          "dur_ns": cols["dur"][m].astype(np.int64),
-                         **{n: cols[n][m] for n in ("pid", "tid", "code", "ret")}})
-        m = np.isin(k, other_kinds)
+                         **{n: cols[n][m] for n in _CUDA_COLS}})
+        m = ((k == Kind.CONNECT) & _failed_connect(ret.astype(np.int64))) | (
+            np.isin(k, _OTHER_KINDS)
+            & ((k != Kind.THREAD_EXIT) | (cols["code"] == 1))
+            & ((k != Kind.SIGNAL) | (np.isin(ret, _FATAL) & np.isin(cols["code"], _DELIVERED))))
         if m.any():
             ev = to_timeline(RunReader.as_events({n: v[m] for n, v in cols.items()}))
             n = ev["kind"] == Kind.CONNECT
@@ -121,12 +144,111 @@ def _collect(tl) -> dict:
             if (~n).any():
                 other.append(ev[~n])
     cat = lambda parts, n: np.concatenate([p[n] for p in parts])  # noqa: E731
-    out = {"cuda": {n: cat(cuda, n) for n in ("t_ns", "dur_ns", "pid", "tid", "code", "ret")}
-           if cuda else None,
+    out = {"cuda": {n: cat(cuda, n) for n in ("t_ns", "dur_ns") + _CUDA_COLS} if cuda else None,
            "connect": np.concatenate(conn) if conn else None,
            "other": np.concatenate(other) if other else None}
     if out["other"] is not None:
         out["other"] = out["other"][np.argsort(out["other"]["t_ns"], kind="stable")]
+    return out
+
+
+def _among(a: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """np.isin, faster for the few values it is asked about here."""
+    if len(values) > 4:
+        return np.isin(a, values)
+    m = np.zeros(len(a), dtype=bool)
+    for v in values.tolist():
+        m |= a == v
+    return m
+
+
+class _FirstAfter:
+    """For given (key, x) pairs: the successful call of that key with the smallest start
+    t >= x (on a tie, the first in file order) -> (t, end, tid), fed one chunk at a time."""
+
+    def __init__(self, keys: np.ndarray, xs: np.ndarray):
+        self.q = {}
+        for key in np.unique(keys).tolist():
+            x = np.unique(xs[keys == key])
+            self.q[key] = (x, np.zeros(len(x), dtype=bool), np.zeros((3, len(x)), np.int64))
+        self.keys = np.asarray(sorted(self.q), dtype=np.int64)
+        self.lo = int(xs.min())        # a call that starts earlier answers nothing
+        self.hi = None                 # nor one that starts at or after this (None: no bound)
+
+    def feed(self, keys, t, end, tid):
+        if len(self.q) > 16:
+            m = np.isin(keys, self.keys)
+            keys, t, end, tid = keys[m], t[m], end[m], tid[m]
+            wanted = np.unique(keys).tolist()
+        else:
+            wanted = self.q
+        for key in wanted:
+            s = np.flatnonzero(keys == key)
+            if not len(s):
+                continue
+            s = s[np.argsort(t[s], kind="stable")]
+            st = t[s]
+            x, found, best = self.q[key]
+            j = np.searchsorted(st, x, side="left")
+            i = np.flatnonzero(j < len(st))
+            j = s[j[i]]
+            better = ~found[i] | (t[j] < best[0, i])
+            i, j = i[better], j[better]
+            found[i] = True
+            best[:, i] = (t[j], end[j], tid[j])
+        if all(v[1].all() for v in self.q.values()):
+            self.hi = max(int(v[2][0].max()) for v in self.q.values())
+
+    def get(self, key: int, x: int):
+        x_, found, best = self.q[key]
+        i = int(np.searchsorted(x_, x))
+        return (int(best[0, i]), int(best[1, i]), int(best[2, i])) if found[i] else None
+
+
+def _next_successes(tl, cuda, connect) -> dict:
+    """Second pass: the successful calls that end the chains.  For each failing call, the
+    first success of the same op (function or peer) of its process at or after its return,
+    and the first success of any op there (``_Calls`` asks for exactly these).
+    -> {sort: (by (pid << 32 | op), by pid, op of each failing call)}"""
+    out, peers = {}, {}
+    if cuda is not None:
+        out[Kind.CUDA] = (cuda["pid"].astype(np.int64), cuda["code"].astype(np.int64),
+                          cuda["t_ns"] + np.maximum(cuda["dur_ns"], 0))
+    if connect is not None:
+        op = [peers.setdefault(bytes(k), len(peers))
+              for k in _peer_keys(connect["data"], connect["a1"])]
+        out[Kind.CONNECT] = (connect["pid"].astype(np.int64), np.asarray(op, dtype=np.int64),
+                             connect["t_ns"] + np.maximum(connect["dur_ns"], 0))
+    for kind, (pid, op, end) in list(out.items()):
+        out[kind] = (_FirstAfter(pid << 32 | op, end), _FirstAfter(pid, end), op)
+    if not out:
+        return out
+    for cols in tl.reader.iter_columns(Chunk.EVENTS):
+        ok = cols["ret"] == 0
+        for kind, (by_op, by_pid, _) in out.items():
+            rows = np.flatnonzero(ok & (cols["kind"] == kind))
+            t = cols["ts"][rows].astype(np.int64)
+            his = [f.hi for f in (by_op, by_pid)]
+            keep = t >= min(by_op.lo, by_pid.lo)
+            if None not in his:
+                keep &= t < max(his)
+            keep[keep] = _among(cols["pid"][rows[keep]], by_pid.keys)
+            if not keep.any():
+                continue
+            rows, t = rows[keep], t[keep]
+            pid = cols["pid"][rows].astype(np.int64)
+            end = t + np.maximum(cols["dur"][rows].astype(np.int64), 0)
+            tid = cols["tid"][rows].astype(np.int64)
+            if kind == Kind.CUDA:
+                op = cols["code"][rows].astype(np.int64)
+            else:
+                keys, inv = np.unique(_peer_keys(cols["data"][rows], cols["a1"][rows]),
+                                      return_inverse=True)
+                op = np.asarray([peers.get(bytes(k), -1) for k in keys],
+                                dtype=np.int64)[inv.reshape(-1)]
+            by_pid.feed(pid, t, end, tid)
+            known = op >= 0
+            by_op.feed(pid[known] << 32 | op[known], t[known], end[known], tid[known])
     return out
 
 
@@ -193,16 +315,18 @@ def _sighting(ev) -> dict:
 
 # ---------------------------------------------------------------------- calls and chains
 class _Calls:
-    """Calls of one sort (CUDA driver calls, or connect()) with an op key and a verdict;
-    classifies errors into roots / sticky repeats / retries and builds chains."""
+    """The failing calls of one sort (CUDA driver calls, or connect()) with an op key;
+    classifies them into roots / sticky repeats / retries and builds chains.  The successful
+    calls are not here: ``after_op(pid, op, x)`` and ``after_any(pid, x)`` give the first one
+    at or after x (of that op, of any op) as (t, end, tid), or None."""
 
-    def __init__(self, t, dur, pid, tid, op, ret, ok, err, describe, sticky=frozenset(),
-                 sticky_kind=None):
+    def __init__(self, t, dur, pid, tid, op, ret, describe, after_op, after_any,
+                 sticky=frozenset(), sticky_kind=None):
         self.t = t.astype(np.int64)
         self.end = self.t + np.maximum(dur.astype(np.int64), 0)
         self.pid, self.tid, self.op, self.ret = pid, tid, op, ret
-        self.ok, self.err = ok, err
         self.describe = describe          # i -> dict(kind, code, name, message, function, target)
+        self.after_op, self.after_any = after_op, after_any
         self.sticky, self.sticky_kind = sticky, sticky_kind
 
     def run(self, deaths: dict) -> list:
@@ -211,7 +335,7 @@ class _Calls:
         pids = self.pid[order]
         bounds = np.flatnonzero(np.diff(pids)) + 1
         for idx in np.split(order, bounds):
-            if len(idx) and self.err[idx].any():
+            if len(idx):
                 faults.extend(self._one_pid(idx, deaths.get(int(self.pid[idx[0]]))))
         return faults
 
@@ -227,26 +351,16 @@ class _Calls:
 
     def _one_pid(self, idx, death) -> list:
         t, end, op, ret = self.t[idx], self.end[idx], self.op[idx], self.ret[idx]
-        ok, err = self.ok[idx], self.err[idx]
-        s_t, s_end = t[ok], end[ok]
-        by_op = {}
-        for o in np.unique(op[err]):
-            m = ok & (op == o)
-            by_op[int(o)] = (t[m], end[m], self.tid[idx[m]])
+        pid = int(self.pid[idx[0]])
         death_t = death["t_ns"] if death else None
 
-        def success_of(o, x):
-            st, se, stid = by_op[o]
-            j = _first_at_or_after(st, x)
-            return None if j is None else (int(st[j]), int(se[j]), int(stid[j]))
-
         def success_any(x):
-            j = _first_at_or_after(s_t, x)
-            return None if j is None else (int(s_t[j]), int(s_end[j]))
+            s = self.after_any(pid, x)
+            return None if s is None else s[:2]
 
         roots, role = [], {}          # role: k -> (what, root, fault or None)
         open_by_op, sticky_root = {}, None
-        ek = np.flatnonzero(err)
+        ek = np.arange(len(idx))
         for k in ek:
             o, code, tk = int(op[k]), int(ret[k]), int(t[k])
             gi = int(idx[k])
@@ -266,7 +380,7 @@ class _Calls:
                 continue
             f = self._fault(gi)
             f._k, f._ret = k, code
-            f._recover = success_of(o, int(end[k]))
+            f._recover = self.after_op(pid, o, int(end[k]))
             f._sticky = code in self.sticky
             if f._sticky:
                 sticky_root = f
@@ -333,8 +447,9 @@ class _Calls:
             r.healthy_ns = healthy[1] - r.t_ns
 
 
-def _cuda_calls(c) -> _Calls:
+def _cuda_calls(c, nexts) -> _Calls:
     ret = c["ret"].astype(np.int64)
+    by_op, by_pid, op = nexts[Kind.CUDA]
 
     def describe(i):
         fn = _FN_NAMES.get(int(c["code"][i]), f"cuda function {int(c['code'][i])}")
@@ -343,16 +458,14 @@ def _cuda_calls(c) -> _Calls:
                 "message": f"{fn} returned {cuda_result_name(code)} ({code})",
                 "function": fn, "source": "uprobe"}
 
-    return _Calls(c["t_ns"], c["dur_ns"], c["pid"], c["tid"], c["code"].astype(np.int64), ret,
-                  ret == 0, ret != 0, describe, STICKY_CURESULTS, "cuda_sticky_error")
+    return _Calls(c["t_ns"], c["dur_ns"], c["pid"], c["tid"], op, ret, describe,
+                  lambda pid, o, x: by_op.get(pid << 32 | o, x),
+                  lambda pid, x: by_pid.get(pid, x), STICKY_CURESULTS, "cuda_sticky_error")
 
 
-def _connect_calls(ev) -> _Calls:
+def _connect_calls(ev, nexts) -> _Calls:
     ret = ev["ret"].astype(np.int64)
-    raw = np.frombuffer(ev["data"].tobytes(), dtype=np.uint8).reshape(len(ev), 56).copy()
-    alen = np.minimum(ev["a1"].astype(np.int64), 56)
-    raw[np.arange(56)[None, :] >= alen[:, None]] = 0
-    keys, op = np.unique(raw.view("V56").ravel(), return_inverse=True)
+    by_op, by_pid, op = nexts[Kind.CONNECT]
     peers = {}
 
     def peer(i):
@@ -368,10 +481,9 @@ def _connect_calls(ev) -> _Calls:
                 "message": f"connect({p}) failed: {os.strerror(code)}",
                 "function": "connect", "target": p, "source": "tracepoint"}
 
-    # A non-blocking connect() returns EINPROGRESS: its outcome is not seen here.
-    err = (ret < 0) & (ret != -errno.EINPROGRESS)
-    return _Calls(ev["t_ns"], ev["dur_ns"], ev["pid"], ev["tid"], op.astype(np.int64).ravel(),
-                  ret, ret == 0, err, describe)
+    return _Calls(ev["t_ns"], ev["dur_ns"], ev["pid"], ev["tid"], op, ret, describe,
+                  lambda pid, o, x: by_op.get(pid << 32 | o, x),
+                  lambda pid, x: by_pid.get(pid, x))
 
 
 # ---------------------------------------------------------------------- Xid
@@ -520,9 +632,11 @@ _RANK = {k: i for i, k in enumerate(KINDS)}
 
 def find_faults(tl) -> list:
     data = _collect(tl)
+    nexts = _next_successes(tl, data["cuda"], data["connect"])
     deathf, deaths = _death_faults(tl, data["other"])
-    cuda = _cuda_calls(data["cuda"]).run(deaths) if data["cuda"] is not None else []
-    conn = _connect_calls(data["connect"]).run(deaths) if data["connect"] is not None else []
+    cuda = _cuda_calls(data["cuda"], nexts).run(deaths) if data["cuda"] is not None else []
+    conn = (_connect_calls(data["connect"], nexts).run(deaths)
+            if data["connect"] is not None else [])
     xids = _xid_faults(tl, data["other"])
     _link_xids(xids, [f for f in cuda if f.kind == "cuda_error"], deaths)
     faults = cuda + conn + xids + deathf + _throttle_faults(tl)
