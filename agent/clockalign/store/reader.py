@@ -70,6 +70,7 @@ class RunReader:
                 self.trailer = msgpack.unpackb(body, raw=False)["rows"][0]
             else:
                 self._index.setdefault(ctype, []).append((pos + CHUNK.size, plen))
+            self._release(pos, CHUNK.size + plen)
             n += 1
             pos += CHUNK.size + plen
         self.chunk_count = n
@@ -91,7 +92,16 @@ class RunReader:
 
     def _payloads(self, ctype: int):
         for off, plen in self._index.get(ctype, []):
-            yield msgpack.unpackb(self._data[off:off + plen], raw=False)
+            payload = msgpack.unpackb(self._data[off:off + plen], raw=False)
+            self._release(off, plen)
+            yield payload
+
+    def _release(self, off: int, length: int):
+        """Drop the file pages of a decoded chunk from this process's memory: the payload
+        was copied out, so a streaming reader's RSS stays flat however long the run."""
+        if isinstance(self._data, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+            start = off - off % mmap.PAGESIZE
+            self._data.madvise(mmap.MADV_DONTNEED, start, off + length - start)
 
     def iter_columns(self, ctype: int):
         """Yield {name: ndarray} per chunk of one type, decoding one chunk at a time."""
