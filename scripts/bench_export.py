@@ -254,9 +254,10 @@ def render_md(doc) -> str:
     lines += ["",
               "Notes: peak RSS is VmHWM of the export process (not ru_maxrss, which Linux "
               "seeds with the parent's peak).  It is about anonymous + file-backed: the "
-              "file-backed part is the run file, which the reader maps; the clean pages it has "
-              "read stay mapped until the Timeline is closed (the kernel drops them under "
-              "memory pressure), so that part grows with the file.  The export's own memory "
+              "file-backed part is the shared libraries plus the run file, which the reader "
+              "maps and gives back chunk by chunk once decoded (madvise DONTNEED), so it grows "
+              "far slower than the file; what still grows is pages read outside that path "
+              "(not yet tracked down).  The export's own memory "
               "is the anonymous RSS: a few batches in flight, the fault "
               "list (failing calls only; successful calls are streamed twice, not kept), "
               "tracks and interned strings.  The exporter encodes on worker threads (numpy "
