@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Measure the GPU<->MONOTONIC alignment of a real recording and write results/alignment.*
 
-    python3 scripts/alignment_results.py RUN.ca --out results [--domain GPU0] [--cost DIR]
+    python3 scripts/alignment_results.py RUN.ca --out results [--gpu 0] [--cost probe_cost.json]
+    python3 scripts/alignment_results.py results/gpu-align/gpu0_sandwiches.csv.xz --out results \
+        --cost results/gpu-align/probe_cost.json      # the committed raw data, no run file
 
 From the run's raw sandwiches it reports: the band half-width over time (p50/p99/max)
 against the floor (half the minimum round trip); skew and drift per segment; steps; a
@@ -25,6 +27,23 @@ from clockalign.store.reader import RunReader  # noqa: E402
 from clockalign.store.schema import Chunk  # noqa: E402
 
 
+def load_sandwiches(path, gpu, tick):
+    """(t0, remote, t1, tick) from a run file's GPU_CLOCK chunks or a t0_ns,remote_ns,t1_ns CSV."""
+    if path.endswith((".csv", ".csv.xz")):
+        import lzma
+        opener = lzma.open if path.endswith(".xz") else open
+        with opener(path, "rt") as f:
+            rows = np.loadtxt(f, delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
+        return rows[:, 0], rows[:, 1], rows[:, 2], tick
+    r = RunReader(path)
+    g = r.columns(Chunk.GPU_CLOCK)
+    m = g["gpu"] == gpu
+    tick = next((row.get("tick_ns", 0) for row in r.rows(Chunk.CLOCK_INFO)
+                 if row.get("domain") == f"GPU{gpu}"), tick)
+    return (g["t0"][m].astype(np.int64), g["remote"][m].astype(np.int64),
+            g["t1"][m].astype(np.int64), tick)
+
+
 def pct(a, q):
     return float(np.percentile(a, q)) if len(a) else float("nan")
 
@@ -36,17 +55,13 @@ def main():
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--window", type=float, default=5.0, help="fit window, seconds")
     ap.add_argument("--cost", help="probe_cost.json to quote")
-    ap.add_argument("--raw-note", default="", help="where the raw files are kept")
+    ap.add_argument("--raw-note", default="results/gpu-align/ (gpu0_sandwiches.csv.xz: every GPU sandwich; cpu_*_sandwiches.csv; info; probe cost); the 202 MB run file itself is not committed", help="where the raw files are kept")
+    ap.add_argument("--tick", type=int, default=32, help="GPU timer tick (CSV input)")
     a = ap.parse_args()
 
-    r = RunReader(a.run)
-    g = r.columns(Chunk.GPU_CLOCK)
-    m = g["gpu"] == a.gpu
-    t0, rem, t1 = (g[k][m].astype(np.int64) for k in ("t0", "remote", "t1"))
+    t0, rem, t1, tick = load_sandwiches(a.run, a.gpu, a.tick)
     order = np.argsort(t0, kind="stable")
     t0, rem, t1 = t0[order], rem[order], t1[order]
-    tick = next((row.get("tick_ns", 0) for row in r.rows(Chunk.CLOCK_INFO)
-                 if row.get("domain") == f"GPU{a.gpu}"), 32)
     win = int(a.window * 1e9)
     model = fit_sandwiches(t0, rem, t1, tick_ns=tick, window_ns=win)
     s = model.summary()
@@ -156,7 +171,7 @@ def write_md(path, res, a):
         "",
         f"- made: {datetime.datetime.now(datetime.timezone.utc).date()} by "
         f"`python3 scripts/alignment_results.py {a.run} --out {a.out}"
-        + (f" --cost {a.cost}" if a.cost else "") + "` on the run recorded by "
+        + (f" --cost {a.cost}" if a.cost else "") + "` from the sandwiches of the run recorded by "
         "`scripts/gpu_session.sh align` (`clockalign record --duration 300 --gpu-clock-period "
         "0.25 -- python3 <bf16 4096³ matmul loop>` on one NVIDIA H200, driver 580.159.04, "
         "kernel 6.18.44-fc, Firecracker VM)",
