@@ -4,18 +4,31 @@
     host_ns, unc_ns = model.map(gpu_ns)                      # int64, int64
     model.summary()["halfwidth_ns"]["p99"]
 
-A mapped time is the middle of the feasible band of the segment whose data cover it, and
-its uncertainty is the band's half-width + the remote tick + the event's own stamping
-uncertainty.  Where no segment's data cover a time (between segments, around a step, where
-a remote clock that stepped back repeats its values) it gets the union of the bands that
-may hold there; before the first and after the last sandwich the edge segment's band is
-extrapolated, widening with the slope it could not pin down.
+The data are cut into disjoint segments (one window each, split at kinks and steps); these
+are ``model.segments`` and ``summary()["segments"]``, and they decide steps, skews and
+which stretch of sandwiches forms one "run" (the segments between two steps).  A band is
+narrowest in the middle of its window and widens towards its edges, so within a run the
+model also fits overlapping windows (``model.windows``): each one segment long, straddling
+a boundary, starting every quarter segment (piecewise.overlap_windows), so every time lies
+within an eighth of a segment of some window's middle.
+
+A mapped time is the middle of the intersection of every band that holds there: within its
+run, the union of the segments whose coverage includes it (as before: several only in the
+gap between two segments), cut down by the band of every overlapping window whose data
+span it.  Each band contains the truth when the clock runs linearly over that window, so
+the intersection does too; should they contradict (empty intersection: the clock bent
+beyond the curvature allowance) the time gets their union instead.  The uncertainty is the
+half-width + the remote tick + the event's own stamping uncertainty.  Where no segment's
+data cover a time (between segments, around a step, where a remote clock that stepped back
+repeats its values) it gets the union over the runs whose bands may hold there; before
+the first and after the last sandwich the edge segment's band is extrapolated, widening
+with the slope it could not pin down.
 """
 import numpy as np
 
 from ..errors import ClockalignError
 from .mindelay import burst_groups, min_delay_select
-from .piecewise import bands_between, merge_short, split_window
+from .piecewise import bands_between, merge_short, overlap_windows, split_window
 from .segment import Segment
 
 ASSUMPTION = (
@@ -41,25 +54,69 @@ def _int_array(name, a):
 
 
 class AlignmentModel:
-    """Piecewise-linear host = f(remote) with a feasible band per segment."""
+    """Piecewise-linear host = f(remote) with a feasible band per segment, tightened by
+    overlapping windows.
 
-    def __init__(self, segments, steps, stats, tick_ns=0, name=None):
+    ``segments``: the disjoint segments (Segment), in time order; ``steps``: the steps
+    between them (dicts, ``segment`` = index of the first segment after the step);
+    ``windows``: extra Segments over overlapping windows, each with ``run`` = the number
+    of steps before it (windows never straddle a step).
+    """
+
+    def __init__(self, segments, steps, stats, tick_ns=0, name=None, windows=()):
         self.segments = segments
         self.steps = steps
         self.stats = stats
         self.tick_ns = int(tick_ns)
         self.name = name
+        self.windows = list(windows)
+        first = sorted({int(st["segment"]) for st in steps})
+        self._run_of = np.searchsorted(first, np.arange(len(segments)), side="right")
+        self.n_runs = int(self._run_of[-1]) + 1 if len(segments) else 0
 
-    def _bounds(self, r):
+    def _run_bounds(self, run, rs):
+        """(low, high, covered) on sorted remote ns ``rs`` from run ``run`` alone."""
+        n = rs.size
+        ulo = np.full(n, _I64_MAX, dtype=np.int64)
+        uhi = np.full(n, _I64_MIN, dtype=np.int64)
+        for k in np.flatnonzero(self._run_of == run):
+            seg = self.segments[k]
+            i, j = np.searchsorted(rs, seg.cov[0], "left"), np.searchsorted(rs, seg.cov[1], "right")
+            if i < j:
+                lo, hi = seg.bounds(rs[i:j])
+                np.minimum(ulo[i:j], lo, out=ulo[i:j])
+                np.maximum(uhi[i:j], hi, out=uhi[i:j])
+        covered = ulo <= uhi
+        ilo, ihi = ulo.copy(), uhi.copy()      # intersection with the windows
+        hlo, hhi = ulo.copy(), uhi.copy()      # union with them, should that be empty
+        for w in self.windows:
+            if w.run != run:
+                continue
+            i, j = np.searchsorted(rs, w.span[0], "left"), np.searchsorted(rs, w.span[1], "right")
+            if i < j:
+                lo, hi = w.bounds(rs[i:j])
+                c = covered[i:j]
+                ilo[i:j] = np.where(c, np.maximum(ilo[i:j], lo), ilo[i:j])
+                ihi[i:j] = np.where(c, np.minimum(ihi[i:j], hi), ihi[i:j])
+                hlo[i:j] = np.where(c, np.minimum(hlo[i:j], lo), hlo[i:j])
+                hhi[i:j] = np.where(c, np.maximum(hhi[i:j], hi), hhi[i:j])
+        clash = covered & (ilo > ihi)
+        ilo[clash], ihi[clash] = hlo[clash], hhi[clash]
+        return ilo, ihi, covered
+
+    def _bounds(self, r, runs=None):
+        order = np.argsort(r, kind="stable")
+        rs = r[order]
         low = np.full(r.shape, _I64_MAX, dtype=np.int64)
         high = np.full(r.shape, _I64_MIN, dtype=np.int64)
-        for seg in self.segments:
-            m = (r >= seg.cov[0]) & (r <= seg.cov[1])
-            if m.any():
-                lo, hi = seg.bounds(r[m])
-                low[m] = np.minimum(low[m], lo)
-                high[m] = np.maximum(high[m], hi)
-        return low, high
+        for run in (range(self.n_runs) if runs is None else runs):
+            lo, hi, c = self._run_bounds(run, rs)
+            low[c] = np.minimum(low[c], lo[c])
+            high[c] = np.maximum(high[c], hi[c])
+        out_lo = np.empty_like(low)
+        out_hi = np.empty_like(high)
+        out_lo[order], out_hi[order] = low, high
+        return out_lo, out_hi
 
     def map(self, remote_ns, stamp_unc_ns=None):
         """Host MONOTONIC ns and uncertainty ns (both int64) for remote-clock ns."""
@@ -95,8 +152,25 @@ class AlignmentModel:
         return out.reshape(r.shape)
 
     def center_map(self, remote_ns):
-        """Host ns on the nearest segment's widest-margin line (no union, no uncertainty)."""
-        return self._per_segment(remote_ns, lambda s, r: s.center(r))
+        """Host ns on the widest-margin line of the segment or overlapping window whose
+        middle is nearest (among those whose data span the time; else the nearest
+        segment's).  No union, no uncertainty."""
+        r = _int_array("remote_ns", remote_ns)
+        flat = r.ravel()
+        fits = list(self.segments) + self.windows
+        best = self._nearest(flat)
+        dist = np.full(flat.shape, np.inf)
+        for k, f in enumerate(fits):
+            mid = 0.5 * (f.span[0] + f.span[1])
+            inside = (flat >= f.span[0]) & (flat <= f.span[1])
+            d = np.where(inside, np.abs(flat - mid), np.inf)
+            better = d < dist
+            best[better], dist[better] = k, d[better]
+        out = np.empty(flat.shape, dtype=np.int64)
+        for k in np.unique(best):
+            m = best == k
+            out[m] = fits[k].center(flat[m])
+        return out.reshape(r.shape)
 
     def least_squares_map(self, remote_ns):
         """Host ns from least squares on midpoints over the same segments (comparison only)."""
@@ -146,8 +220,8 @@ def fit_sandwiches(t0, remote, t1, tick_ns=0, window_ns=5_000_000_000, burst_gap
     T0, RM, T1 = t0[keep], remote[keep], t1[keep]
     max_skew = max_skew_ppm * 1e-6
 
-    def make(ix):
-        return Segment(T0[ix], RM[ix], T1[ix], tick_ns, max_skew)
+    def make(ix, wander_ns=0):
+        return Segment(T0[ix], RM[ix], T1[ix], tick_ns, max_skew, wander_ns=wander_ns)
 
     # A window that had to be split at a kink shows the clock bending at that scale;
     # halve the windows after it (down to 1/8) and grow them back after clean ones.
@@ -170,16 +244,27 @@ def fit_sandwiches(t0, remote, t1, tick_ns=0, window_ns=5_000_000_000, burst_gap
         raise ClockalignError(f"no line fits the {len(t0)} sandwiches: they contradict each "
                               "other everywhere (is the remote clock stuck or running backwards?)")
     segments = [make(p) for p in pieces]
-    for k, w in enumerate(_wander(segments)):
+    bend = _curvature(segments)
+    for k, p in enumerate(pieces):
+        w = _allowance(bend[k], segments[k])
         if w:
-            p = pieces[k]
-            segments[k] = Segment(T0[p], RM[p], T1[p], tick_ns, max_skew, wander_ns=w)
+            segments[k] = make(p, w)
     steps = _link(segments, T0, T1, pieces)
+    run_of = np.cumsum([k in {st["segment"] for st in steps} for k in range(len(pieces))])
+    windows = []
+    for k, ix in overlap_windows(pieces, np.r_[False, run_of[1:] == run_of[:-1]], T0):
+        w = make(ix)
+        if not w.feasible:     # a kink inside: the two segments alone map this stretch
+            continue
+        allow = _allowance(max(bend[k - 1], bend[k]), w)
+        if allow:
+            w = make(ix, allow)
+        w.run = int(run_of[k])
+        windows.append(w)
 
     # every input sandwich belongs to the segment whose first used sandwich precedes it
     starts = np.array([T0[p[0]] for p in pieces])
     seg_of = np.clip(np.searchsorted(starts, t0, side="right") - 1, 0, len(segments) - 1)
-    half = []
     for k, seg in enumerate(segments):
         m = seg_of == k
         seg.n_total = int(m.sum())
@@ -187,7 +272,13 @@ def fit_sandwiches(t0, remote, t1, tick_ns=0, window_ns=5_000_000_000, burst_gap
             seg.fit_lsq(t0[m], remote[m], t1[m])
         else:
             seg.fit_lsq(T0[pieces[k]], RM[pieces[k]], T1[pieces[k]])
-        lo, hi = seg.bounds(RM[pieces[k]])
+    model = AlignmentModel(segments, steps, {}, tick_ns, name, windows)
+    # the band half-width map() gives at each used sandwich, within that sandwich's own
+    # run (a backward step makes remote times ambiguous; that is not the band's width)
+    half = []
+    for run in range(model.n_runs):
+        r = RM[np.concatenate([p for k, p in enumerate(pieces) if run_of[k] == run])]
+        lo, hi = model._bounds(r, runs=[run])
         half.append((hi - lo + 1) // 2)
     half = np.concatenate(half)
     rtt = t1 - t0
@@ -202,33 +293,40 @@ def fit_sandwiches(t0, remote, t1, tick_ns=0, window_ns=5_000_000_000, burst_gap
                          "max": int(half.max())},
         "floor_ns": int(rtt.min() // 2),
     }
-    return AlignmentModel(segments, steps, stats, tick_ns, name)
+    model.stats = stats
+    return model
 
 
-def _wander(segments):
-    """Allowance (ns) per segment for curvature that its band cannot see.
+def _curvature(segments):
+    """Curvature (rate change per ns, 1/ns) per segment that its band cannot see.
 
     A line fitting every sandwich does not prove the clock is straight: it can curve by
     up to the sandwich width unseen.  A curve does show as a rate change between
-    neighbouring segments once their skew ranges are disjoint; that change Df over a
-    distance d between their centres bends a segment of length L away from its best line
-    by about Df * L^2 / (8 d).  Zero where neighbouring skews agree.
+    neighbouring segments once their skew ranges are disjoint: a change Df over a distance
+    d between their centres.  Zero where neighbouring skews agree.
     """
     out = []
     for k, seg in enumerate(segments):
         lo_k, hi_k = seg.skew_range_ppm
-        length = seg.span[1] - seg.span[0]
         mid = 0.5 * (seg.span[0] + seg.span[1])
-        w = 0.0
+        c = 0.0
         for j in (k - 1, k + 1):
             if 0 <= j < len(segments):
                 lo_j, hi_j = segments[j].skew_range_ppm
                 gap = max(lo_j - hi_k, lo_k - hi_j, 0.0) * 1e-6
                 d = abs(0.5 * (segments[j].span[0] + segments[j].span[1]) - mid)
                 if gap and d:
-                    w = max(w, gap * length * length / (8 * d))
-        out.append(int(np.ceil(w)))
+                    c = max(c, gap / d)
+        out.append(c)
     return out
+
+
+def _allowance(curvature, seg):
+    """Allowance (ns) for that curvature over a segment or window: a rate change Df over
+    a distance d bends a stretch of length L away from its best line by about
+    Df * L^2 / (8 d)."""
+    length = seg.span[1] - seg.span[0]
+    return int(np.ceil(curvature * length * length / 8))
 
 
 def _link(segments, T0, T1, pieces):

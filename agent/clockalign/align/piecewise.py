@@ -23,6 +23,12 @@ dropping its few tightest sandwiches, and that leaves a falsely narrow band.
 A split leaves short pieces at window edges whose slope is barely pinned, and a band that
 wide hides a step next to it; merge_short joins such a piece to its neighbour whenever one
 line still fits both.
+
+The pieces are disjoint, so a time near a boundary sits at the edge of its piece's window,
+where the band is widest.  overlap_windows adds windows one piece long that straddle each
+boundary without a step, one every quarter piece; the model intersects their bands.
+
+    wins = overlap_windows(pieces, same_run, t0)     # [(k, positions)] across k-1 | k
 """
 import numpy as np
 
@@ -137,4 +143,35 @@ def merge_short(pieces, make, t0, window_ns):
                     out[-1] = joined
                     continue
         out.append(p)
+    return out
+
+
+HOPS = 4   # overlapping windows per segment: one starts every quarter segment
+
+
+def hop_chunks(p, t0, hops=HOPS):
+    """Chunk number 0 .. hops-1 of each position of piece ``p``, by equal host-time spans."""
+    t = t0[p]
+    span = int(t[-1] - t[0]) + 1
+    return np.minimum((t - t[0]) * hops // span, hops - 1)
+
+
+def overlap_windows(pieces, same_run, t0, hops=HOPS):
+    """The windows that straddle segment boundaries, as (k, positions): for the boundary
+    between pieces k-1 and k (where ``same_run[k]`` says no step lies between them), the
+    last hops-s chunks of piece k-1 joined to the first s chunks of piece k, s = 1 ..
+    hops-1.  With the pieces themselves these are windows one segment long starting every
+    1/hops segment, so each time lies within 1/(2*hops) segment of some window's middle,
+    where a band is narrowest.  A window can hold one line only where the two pieces'
+    clocks do: callers drop the windows whose band is infeasible (a kink inside)."""
+    out = []
+    chunks = [hop_chunks(p, t0, hops) for p in pieces]
+    for k in range(1, len(pieces)):
+        if not same_run[k]:
+            continue
+        a, b, ca, cb = pieces[k - 1], pieces[k], chunks[k - 1], chunks[k]
+        for s in range(1, hops):
+            ix = np.concatenate([a[ca >= s], b[cb < s]])
+            if ix.size >= 2:
+                out.append((k, ix))
     return out
