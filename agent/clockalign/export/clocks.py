@@ -44,10 +44,7 @@ def _tightest(cols, domain):
 
 
 def clock_snapshot(tl) -> Snapshot:
-    try:
-        cols = tl.reader.columns(Chunk.CPU_CLOCK)
-    except Exception:
-        cols = {}
+    cols = tl.reader.columns(Chunk.CPU_CLOCK)
     notes = []
     rt = _tightest(cols, ClockDomain.REALTIME) if cols else None
     bt = _tightest(cols, ClockDomain.BOOTTIME) if cols else None

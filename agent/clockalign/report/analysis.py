@@ -10,7 +10,7 @@ which render.py prints and tests compare with the input.
 import numpy as np
 
 from ..export import decode
-from ..store.schema import CUDA_FN_BY_NAME, Chunk
+from ..store.schema import CUDA_FN_BY_NAME, Chunk, ClockDomain
 
 LAUNCH_FNS = [CUDA_FN_BY_NAME[n] for n in ("cuLaunchKernel", "cuLaunchKernelEx",
                                            "cuLaunchKernel_ptsz", "cuLaunchKernelEx_ptsz")]
@@ -26,6 +26,11 @@ def pct(x, q):
     return int(s[min(max(k, 0), len(s) - 1)])
 
 
+def _named_counts(codes, namer) -> dict:
+    """{name of code: how often} for an array of return codes."""
+    return {namer(int(r)): int(c) for r, c in zip(*np.unique(codes, return_counts=True))}
+
+
 def cuda_table(cuda, unfinished=None) -> list:
     """Per CUDA function: count, errors, p50/p99/p99.9/max latency (ns); busiest first."""
     rows = []
@@ -34,9 +39,7 @@ def cuda_table(cuda, unfinished=None) -> list:
         m = fns == f
         d = cuda["dur"][m]
         ret = cuda["ret"][m]
-        errs = {}
-        for r, c in zip(*np.unique(ret[ret != 0], return_counts=True)):
-            errs[decode.cuda_result_name(int(r))] = int(c)
+        errs = _named_counts(ret[ret != 0], decode.cuda_result_name)
         rows.append({"function": decode.cuda_function_name(f), "fn": f, "count": int(m.sum()),
                      "errors": int((ret != 0).sum()), "error_names": errs,
                      "p50_ns": pct(d, 50), "p99_ns": pct(d, 99), "p999_ns": pct(d, 99.9),
@@ -163,9 +166,7 @@ def connect_table(conn, peers) -> list:
         m = pid == p
         d = conn["dur"][m]
         ret = conn["ret"][m]
-        errs = {}
-        for r, c in zip(*np.unique(ret[ret < 0], return_counts=True)):
-            errs[decode.errno_name(int(r))] = int(c)
+        errs = _named_counts(ret[ret < 0], decode.errno_name)
         rows.append({"peer": peers[p], "_peer_id": p, "count": int(m.sum()),
                      "errors": int((ret < 0).sum()),
                      "error_names": errs, "p50_ns": pct(d, 50), "p99_ns": pct(d, 99),
@@ -178,26 +179,19 @@ def alignment(tl) -> list:
     """Per clock domain: the fit's summary, its budget and series for the figure."""
     out = []
     counter_lat = None
-    try:
-        cols = tl.reader.columns(Chunk.COUNTERS)
-        if cols and len(cols.get("latency_ns", ())):
-            counter_lat = cols["latency_ns"].astype(np.int64)
-    except Exception:
-        pass
+    cols = tl.reader.columns(Chunk.COUNTERS)
+    if len(cols.get("latency_ns", ())):
+        counter_lat = cols["latency_ns"].astype(np.int64)
     sw = {}
-    try:
-        cpu = tl.reader.columns(Chunk.CPU_CLOCK)
-        from ..store.schema import ClockDomain
-        for d in np.unique(cpu.get("domain", np.zeros(0))).tolist():
-            name = ClockDomain(d).name if d in ClockDomain._value2member_map_ else f"CPU{d}"
-            m = cpu["domain"] == d
-            sw[name] = (cpu["t0"][m], cpu["remote"][m], cpu["t1"][m])
-        gpu = tl.reader.columns(Chunk.GPU_CLOCK)
-        for g in np.unique(gpu.get("gpu", np.zeros(0))).tolist():
-            m = gpu["gpu"] == g
-            sw[f"GPU{g}"] = (gpu["t0"][m], gpu["remote"][m], gpu["t1"][m])
-    except Exception:
-        pass
+    cpu = tl.reader.columns(Chunk.CPU_CLOCK)
+    for d in np.unique(cpu.get("domain", np.zeros(0))).tolist():
+        name = ClockDomain(d).name if d in ClockDomain._value2member_map_ else f"CPU{d}"
+        m = cpu["domain"] == d
+        sw[name] = (cpu["t0"][m], cpu["remote"][m], cpu["t1"][m])
+    gpu = tl.reader.columns(Chunk.GPU_CLOCK)
+    for g in np.unique(gpu.get("gpu", np.zeros(0))).tolist():
+        m = gpu["gpu"] == g
+        sw[f"GPU{g}"] = (gpu["t0"][m], gpu["remote"][m], gpu["t1"][m])
     for name, model in sorted(tl.models.items()):
         s = model.summary()
         hw = s.get("halfwidth_ns") or {}
@@ -213,15 +207,10 @@ def alignment(tl) -> list:
         if name in sw:
             t0, r, t1 = (np.asarray(a, dtype=np.int64) for a in sw[name])
             mid = t0 + (t1 - t0) // 2
-            try:
-                center = model.center_map(r)
-                row["residual_t"] = mid
-                row["residual_ns"] = mid - center
-                row["residual_half_rtt"] = (t1 - t0) // 2
-                grid_r = np.linspace(r.min(), r.max(), 400).astype(np.int64)
-                gt, gu = model.map(grid_r)
-                row["band_t"], row["band_ns"] = gt, gu
-            except Exception:
-                pass
+            row["residual_t"] = mid
+            row["residual_ns"] = mid - model.center_map(r)
+            row["residual_half_rtt"] = (t1 - t0) // 2
+            grid_r = np.linspace(r.min(), r.max(), 400).astype(np.int64)
+            row["band_t"], row["band_ns"] = model.map(grid_r)
         out.append(row)
     return out
