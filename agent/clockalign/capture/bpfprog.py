@@ -44,11 +44,15 @@ def bpf_source_dir():
     return resources.files("clockalign") / "bpf"
 
 
+def ring_pages(opts: ProbeOptions) -> int:
+    """--ring-mb as pages, rounded down to the power of two the kernel wants."""
+    pages = max(1, int(opts.ring_mb * (1 << 20)) // PAGE)
+    return 1 << (pages.bit_length() - 1)
+
+
 def build_cflags(opts: ProbeOptions):
     """The -D flags for bpf/probes.c, and notes on what was switched off and why."""
-    pages = max(1, int(opts.ring_mb * (1 << 20)) // PAGE)
-    pages = 1 << (pages.bit_length() - 1)      # the kernel wants a power of two
-    flags = [f"-DCA_RING_PAGES={pages}", f"-DCA_MAX_THREADS={opts.max_threads}"]
+    flags = [f"-DCA_RING_PAGES={ring_pages(opts)}", f"-DCA_MAX_THREADS={opts.max_threads}"]
     notes = []
     if opts.cuda_lib:
         flags.append("-DCA_CUDA")
@@ -110,15 +114,7 @@ class Probes:
         if opts.cuda_lib:
             self._attach_cuda(opts.cuda_lib)
         table = self._bpf["events"]
-        self.ring = RingReader(table.map_fd, self._ring_bytes(flags),
-                               EVENT_DTYPE)
-
-    @staticmethod
-    def _ring_bytes(flags):
-        for f in flags:
-            if f.startswith("-DCA_RING_PAGES="):
-                return int(f.split("=")[1]) * PAGE
-        raise AssertionError("CA_RING_PAGES missing")
+        self.ring = RingReader(table.map_fd, ring_pages(opts) * PAGE, EVENT_DTYPE)
 
     def set_targets(self, tgids):
         import ctypes
