@@ -153,50 +153,101 @@ static __always_inline int launch_ex_enter(struct pt_regs *ctx, u32 fn)
                       CA_DIMS(c.block[0], c.block[1], c.block[2]), c.shmem, c.stream);
 }
 
-#define P1 PT_REGS_PARM1(ctx)
-#define P2 PT_REGS_PARM2(ctx)
-#define P3 PT_REGS_PARM3(ctx)
-#define P4 PT_REGS_PARM4(ctx)
+static __always_inline u64 user_u64(u64 base, u32 off)
+{
+    u64 v = 0;
+    bpf_probe_read_user(&v, sizeof(v), (void *)(base + off));
+    return v;
+}
 
-/* fn ids: store/schema.py CUDA_FUNCTIONS */
-int enter_cuLaunchKernel(struct pt_regs *ctx) { return launch_enter(ctx, 1); }
-int return_cuLaunchKernel(struct pt_regs *ctx) { return cuda_return(ctx, 1, 0); }
-int enter_cuLaunchKernelEx(struct pt_regs *ctx) { return launch_ex_enter(ctx, 2); }
-int return_cuLaunchKernelEx(struct pt_regs *ctx) { return cuda_return(ctx, 2, 0); }
-int enter_cuMemAlloc_v2(struct pt_regs *ctx) { return cuda_enter(3, P1, P2, 0, 0, 0); }
-int return_cuMemAlloc_v2(struct pt_regs *ctx) { return cuda_return(ctx, 3, 1); }
-int enter_cuMemAllocAsync(struct pt_regs *ctx) { return cuda_enter(4, P1, P2, P3, 0, 0); }
-int return_cuMemAllocAsync(struct pt_regs *ctx) { return cuda_return(ctx, 4, 1); }
-int enter_cuMemFree_v2(struct pt_regs *ctx) { return cuda_enter(5, P1, 0, 0, 0, 0); }
-int return_cuMemFree_v2(struct pt_regs *ctx) { return cuda_return(ctx, 5, 0); }
-int enter_cuMemcpyHtoD_v2(struct pt_regs *ctx) { return cuda_enter(6, P1, P2, P3, 0, 0); }
-int return_cuMemcpyHtoD_v2(struct pt_regs *ctx) { return cuda_return(ctx, 6, 0); }
-int enter_cuMemcpyDtoH_v2(struct pt_regs *ctx) { return cuda_enter(7, P1, P2, P3, 0, 0); }
-int return_cuMemcpyDtoH_v2(struct pt_regs *ctx) { return cuda_return(ctx, 7, 0); }
-int enter_cuMemcpyAsync(struct pt_regs *ctx) { return cuda_enter(8, P1, P2, P3, P4, 0); }
-int return_cuMemcpyAsync(struct pt_regs *ctx) { return cuda_return(ctx, 8, 0); }
-int enter_cuStreamSynchronize(struct pt_regs *ctx) { return cuda_enter(9, P1, 0, 0, 0, 0); }
-int return_cuStreamSynchronize(struct pt_regs *ctx) { return cuda_return(ctx, 9, 0); }
-int enter_cuCtxSynchronize(struct pt_regs *ctx) { return cuda_enter(10, 0, 0, 0, 0, 0); }
-int return_cuCtxSynchronize(struct pt_regs *ctx) { return cuda_return(ctx, 10, 0); }
-int enter_cuEventSynchronize(struct pt_regs *ctx) { return cuda_enter(11, P1, 0, 0, 0, 0); }
-int return_cuEventSynchronize(struct pt_regs *ctx) { return cuda_return(ctx, 11, 0); }
-int enter_cuLaunchKernel_ptsz(struct pt_regs *ctx) { return launch_enter(ctx, 12); }
-int return_cuLaunchKernel_ptsz(struct pt_regs *ctx) { return cuda_return(ctx, 12, 0); }
-int enter_cuLaunchKernelEx_ptsz(struct pt_regs *ctx) { return launch_ex_enter(ctx, 13); }
-int return_cuLaunchKernelEx_ptsz(struct pt_regs *ctx) { return cuda_return(ctx, 13, 0); }
-int enter_cuMemcpyHtoD_v2_ptds(struct pt_regs *ctx) { return cuda_enter(14, P1, P2, P3, 0, 0); }
-int return_cuMemcpyHtoD_v2_ptds(struct pt_regs *ctx) { return cuda_return(ctx, 14, 0); }
-int enter_cuMemcpyDtoH_v2_ptds(struct pt_regs *ctx) { return cuda_enter(15, P1, P2, P3, 0, 0); }
-int return_cuMemcpyDtoH_v2_ptds(struct pt_regs *ctx) { return cuda_return(ctx, 15, 0); }
-int enter_cuMemcpyAsync_ptsz(struct pt_regs *ctx) { return cuda_enter(16, P1, P2, P3, P4, 0); }
-int return_cuMemcpyAsync_ptsz(struct pt_regs *ctx) { return cuda_return(ctx, 16, 0); }
-int enter_cuStreamSynchronize_ptsz(struct pt_regs *ctx) { return cuda_enter(17, P1, 0, 0, 0, 0); }
-int return_cuStreamSynchronize_ptsz(struct pt_regs *ctx) { return cuda_return(ctx, 17, 0); }
-int enter_cuMemAllocAsync_ptsz(struct pt_regs *ctx) { return cuda_enter(18, P1, P2, P3, 0, 0); }
-int return_cuMemAllocAsync_ptsz(struct pt_regs *ctx) { return cuda_return(ctx, 18, 1); }
-int enter_cuCtxSynchronize_v2(struct pt_regs *ctx) { return cuda_enter(19, P1, 0, 0, 0, 0); }
-int return_cuCtxSynchronize_v2(struct pt_regs *ctx) { return cuda_return(ctx, 19, 0); }
+static __always_inline u64 user_u32(u64 base, u32 off)
+{
+    u32 v = 0;
+    bpf_probe_read_user(&v, sizeof(v), (void *)(base + off));
+    return v;
+}
+
+/* CUDA_MEMCPY2D / CUDA_MEMCPY3D of cuda.h.  Each side of a copy is the host, device or
+ * array pointer its CUmemorytype names (1 host, 2 device, 3 array, 4 unified: device). */
+static __always_inline u64 copy_side(u32 type, u64 host, u64 dev, u64 array)
+{
+    return type == 1 ? host : type == 3 ? array : dev;
+}
+
+struct ca_memcpy2d {
+    u64 src_x, src_y;
+    u32 src_type, pad0;
+    u64 src_host, src_dev, src_array, src_pitch;
+    u64 dst_x, dst_y;
+    u32 dst_type, pad1;
+    u64 dst_host, dst_dev, dst_array, dst_pitch;
+    u64 width, height;
+};
+
+static __always_inline int memcpy2d_enter(struct pt_regs *ctx, u32 fn, u64 stream)
+{
+    struct ca_memcpy2d c = {};
+    bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
+    return cuda_enter(fn, copy_side(c.dst_type, c.dst_host, c.dst_dev, c.dst_array),
+                      copy_side(c.src_type, c.src_host, c.src_dev, c.src_array),
+                      c.width * c.height, stream, c.src_type | ((u64)c.dst_type << 8));
+}
+
+struct ca_memcpy3d {
+    u64 src_x, src_y, src_z, src_lod;
+    u32 src_type, pad0;
+    u64 src_host, src_dev, src_array, reserved0, src_pitch, src_height;
+    u64 dst_x, dst_y, dst_z, dst_lod;
+    u32 dst_type, pad1;
+    u64 dst_host, dst_dev, dst_array, reserved1, dst_pitch, dst_height;
+    u64 width, height, depth;
+};
+
+static __always_inline int memcpy3d_enter(struct pt_regs *ctx, u32 fn, u64 stream)
+{
+    struct ca_memcpy3d c = {};
+    bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
+    return cuda_enter(fn, copy_side(c.dst_type, c.dst_host, c.dst_dev, c.dst_array),
+                      copy_side(c.src_type, c.src_host, c.src_dev, c.src_array),
+                      c.width * c.height * c.depth, stream,
+                      c.src_type | ((u64)c.dst_type << 8));
+}
+
+/* cuda_return, and the C string whose pointer the entry kept in a[slot] copied into data
+ * (cuModuleGetFunction's kernel name).  These calls are rare: a path of their own. */
+static __always_inline int cuda_return_str(struct pt_regs *ctx, u32 fn, int deref_a0, int slot)
+{
+    u64 now = bpf_ktime_get_ns();
+    u64 pt = bpf_get_current_pid_tgid();
+    struct inflight_key k = {.tid = (u32)pt, .fn = fn};
+    struct inflight_val *v = inflight.lookup(&k);
+    if (!v)
+        return 0;
+    struct ca_event *e = reserve(CA_KIND_CUDA);
+    if (e) {
+        e->ts = v->ts;
+        e->dur = now - v->ts;
+        e->pid = pt >> 32;
+        e->tid = (u32)pt;
+        e->code = fn;
+        e->ret = (s32)PT_REGS_RC(ctx);
+        e->a[0] = v->a[0]; e->a[1] = v->a[1]; e->a[2] = v->a[2];
+        e->a[3] = v->a[3]; e->a[4] = v->a[4];
+        if (deref_a0 && e->ret == 0 && v->a[0]) {
+            u64 ptr = 0;
+            bpf_probe_read_user(&ptr, sizeof(ptr), (void *)v->a[0]);
+            e->a[0] = ptr;
+        }
+        if (slot >= 0 && slot < 5 && v->a[slot])
+            bpf_probe_read_user_str(e->data, CA_DATA_LEN, (void *)v->a[slot]);
+        events.ringbuf_submit(e, 0);
+    }
+    inflight.delete(&k);
+    return 0;
+}
+
+/* The enter_X / return_X stub of each function comes from store/cuda_api.py, appended
+ * by capture/bpfprog.py (capture/cuda_stubs.py writes it; --dump-bpf shows it). */
 #endif /* CA_CUDA */
 
 /* ------------------------------------------------------------------ connect() */

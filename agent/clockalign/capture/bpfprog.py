@@ -9,10 +9,13 @@ change between kernels: sched_process_fork's comm became __data_loc in 6.x).
 """
 import dataclasses
 import os
+import time
 from importlib import resources
 
 from ..errors import ClockalignError
-from ..store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, Kind
+from ..store import cuda_api
+from ..store.schema import EVENT_DTYPE, Kind
+from . import cuda_stubs
 from .ringbuf import RingReader
 from .tracefs import tracepoint_exists, tracepoint_field_is_dataloc
 
@@ -76,7 +79,8 @@ def build_cflags(opts: ProbeOptions):
 
 
 def bpf_text():
-    return (bpf_source_dir() / "probes.c").read_text()
+    """bpf/probes.c and, after it, the CUDA stubs generated from store/cuda_api.py."""
+    return (bpf_source_dir() / "probes.c").read_text() + cuda_stubs.c_text()
 
 
 def dump_bpf(opts: ProbeOptions) -> str:
@@ -94,6 +98,7 @@ class Probes:
         self.notes = []
         self.attached_cuda = []
         self.missing_cuda = []
+        self.cuda_attach_s = 0.0
         self._bpf = None
         self.ring = None
         flags, notes = build_cflags(opts)
@@ -126,13 +131,24 @@ class Probes:
         return sorted(int(k.value) for k in self._bpf["targets"].keys())
 
     def _attach_cuda(self, lib):
-        for fid, (sym, _) in CUDA_FUNCTIONS.items():
+        """uprobe + uretprobe on every table function lib exports; the rest are listed in
+        missing_cuda (a libcuda of another version lacks some), never an error."""
+        t0 = time.monotonic()
+        for f in cuda_api.FUNCTIONS.values():
+            sym = f.symbol
             try:
                 self._bpf.attach_uprobe(name=lib, sym=sym, fn_name=f"enter_{sym}")
-                self._bpf.attach_uretprobe(name=lib, sym=sym, fn_name=f"return_{sym}")
-                self.attached_cuda.append(sym)
             except Exception:
                 self.missing_cuda.append(sym)
+                continue
+            try:
+                self._bpf.attach_uretprobe(name=lib, sym=sym, fn_name=f"return_{sym}")
+            except Exception as e:
+                self._bpf.detach_uprobe(name=lib, sym=sym)
+                raise ClockalignError(f"could not attach the return probe of {sym} in {lib} "
+                                      f"({e})") from None
+            self.attached_cuda.append(sym)
+        self.cuda_attach_s = time.monotonic() - t0
         if not self.attached_cuda:
             raise ClockalignError(f"{lib} exports none of the CUDA driver functions clockalign "
                                   "traces; is it really libcuda?")

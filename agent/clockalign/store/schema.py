@@ -12,8 +12,10 @@ import enum
 
 import numpy as np
 
+from . import cuda_api
+
 MAGIC = b"CLKALIGN"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 1: msgpack columns, read still; 2: store/codec.py, checksummed header and chunk types
 
 
 class Kind(enum.IntEnum):
@@ -52,31 +54,9 @@ EVENT_DTYPE = np.dtype([
 ])
 assert EVENT_DTYPE.itemsize == 128
 
-# CUDA driver functions traced: id -> (symbol, names of a0..a4).  The ids go into
-# bpf/ as -DCA_FN_<SYMBOL>=<id>; they are file format and never reused.
-CUDA_FUNCTIONS = {
-    1: ("cuLaunchKernel", ("func", "grid", "block", "shared_mem", "stream")),
-    2: ("cuLaunchKernelEx", ("func", "grid", "block", "shared_mem", "stream")),
-    3: ("cuMemAlloc_v2", ("dptr", "bytes", "", "", "")),
-    4: ("cuMemAllocAsync", ("dptr", "bytes", "stream", "", "")),
-    5: ("cuMemFree_v2", ("dptr", "", "", "", "")),
-    6: ("cuMemcpyHtoD_v2", ("dst", "src", "bytes", "", "")),
-    7: ("cuMemcpyDtoH_v2", ("dst", "src", "bytes", "", "")),
-    8: ("cuMemcpyAsync", ("dst", "src", "bytes", "stream", "")),
-    9: ("cuStreamSynchronize", ("stream", "", "", "", "")),
-    10: ("cuCtxSynchronize", ("", "", "", "", "")),
-    11: ("cuEventSynchronize", ("event", "", "", "", "")),
-    # Per-thread-default-stream twins, exported by the real libcuda and used by the runtime.
-    12: ("cuLaunchKernel_ptsz", ("func", "grid", "block", "shared_mem", "stream")),
-    13: ("cuLaunchKernelEx_ptsz", ("func", "grid", "block", "shared_mem", "stream")),
-    14: ("cuMemcpyHtoD_v2_ptds", ("dst", "src", "bytes", "", "")),
-    15: ("cuMemcpyDtoH_v2_ptds", ("dst", "src", "bytes", "", "")),
-    16: ("cuMemcpyAsync_ptsz", ("dst", "src", "bytes", "stream", "")),
-    17: ("cuStreamSynchronize_ptsz", ("stream", "", "", "", "")),
-    18: ("cuMemAllocAsync_ptsz", ("dptr", "bytes", "stream", "", "")),
-    # CUDA 12.9+/13: what the runtime's cudaDeviceSynchronize may reach instead of the v1
-    19: ("cuCtxSynchronize_v2", ("ctx", "", "", "", "")),
-}
+# CUDA driver functions traced: id -> (symbol, names of a0..a4), a view of the one table in
+# store/cuda_api.py (roles, BPF reads, the generated probes).  Ids are file format.
+CUDA_FUNCTIONS = {fid: (f.symbol, f.arg_names) for fid, f in cuda_api.FUNCTIONS.items()}
 CUDA_FN_BY_NAME = {name: fid for fid, (name, _) in CUDA_FUNCTIONS.items()}
 
 # Launch dims are packed into one u64 as x | y << 32 | z << 48 (CUDA limits: x < 2^31,

@@ -1,0 +1,58 @@
+"""The BPF C of the per-function CUDA probes, generated from store/cuda_api.py.
+
+Each traced function gets ``enter_<symbol>`` (uprobe: reads the table's arguments and calls
+a helper of bpf/probes.c: cuda_enter, launch_enter, launch_ex_enter, memcpy2d_enter,
+memcpy3d_enter) and ``return_<symbol>`` (uretprobe: cuda_return, or cuda_return_str where
+the function keeps a string).  bpfprog.bpf_text() appends this to probes.c.
+
+    print(c_text())          # what --dump-bpf shows after probes.c
+"""
+from ..store import cuda_api
+
+
+def param(n: int) -> str:
+    """C expression of parameter n (1-based) at a function's first instruction (x86-64)."""
+    return f"PT_REGS_PARM{n}(ctx)" if n <= 6 else f"stack_arg(ctx, {n})"
+
+
+def read_expr(r: cuda_api.Read) -> str:
+    if r.how in ("arg", "out", "string"):
+        return param(r.param)
+    if r.how == "field":
+        fn = {4: "user_u32", 8: "user_u64"}[r.size]
+        return f"{fn}({param(r.param)}, {r.offset})"
+    raise ValueError(f"no C expression for {r}")
+
+
+def enter_body(f: cuda_api.CudaFunction) -> str:
+    if f.entry == "launch":
+        return f"launch_enter(ctx, {f.id})"
+    if f.entry == "launch_ex":
+        return f"launch_ex_enter(ctx, {f.id})"
+    if f.entry in ("memcpy2d", "memcpy3d"):
+        s = f.slot("stream")
+        r = f.args[s][1]
+        stream = read_expr(r) if r.how != "helper" else "0"
+        return f"{f.entry}_enter(ctx, {f.id}, {stream})"
+    vals = [read_expr(r) for _, r in f.args] + ["0"] * (5 - len(f.args))
+    return f"cuda_enter({f.id}, {', '.join(vals)})"
+
+
+def return_body(f: cuda_api.CudaFunction) -> str:
+    deref = int(f.deref_a0)
+    if f.string_slot is not None:
+        return f"cuda_return_str(ctx, {f.id}, {deref}, {f.string_slot})"
+    return f"cuda_return(ctx, {f.id}, {deref})"
+
+
+def c_text(functions=None) -> str:
+    functions = cuda_api.FUNCTIONS.values() if functions is None else functions
+    lines = ["", "/* ---------------------------------------------------------------- "
+             "generated from clockalign/store/cuda_api.py */", "#ifdef CA_CUDA"]
+    for f in sorted(functions, key=lambda f: f.id):
+        what = ", ".join(f"{n}={r.describe()}" for n, r in f.args).replace("*/", "* /")
+        lines.append(f"/* {f.id} {f.symbol}: {f.role}; {what} */")
+        lines.append(f"int enter_{f.symbol}(struct pt_regs *ctx) {{ return {enter_body(f)}; }}")
+        lines.append(f"int return_{f.symbol}(struct pt_regs *ctx) {{ return {return_body(f)}; }}")
+    lines.append("#endif /* CA_CUDA */")
+    return "\n".join(lines) + "\n"
