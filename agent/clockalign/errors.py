@@ -29,3 +29,11 @@ class TruncatedRun(ClockalignError):
     """The run file ends early or a chunk is damaged; what came before is kept."""
 
     exit_code = 3
+
+
+class DamagedRun(TruncatedRun):
+    """Chunks in the middle of a run file are damaged; the intact ones around them are kept."""
+
+
+class RunFileWriteError(ClockalignError):
+    """Writing the run file failed (a full disk, an I/O error); what was written stays readable."""

@@ -8,8 +8,8 @@ from clockalign.cli.main import main
 from clockalign.errors import NotARunFile, UnsupportedVersion
 from clockalign.store.decode import decode_sockaddr, event_dicts
 from clockalign.store.reader import RunReader
-from clockalign.store.schema import EVENT_DTYPE, Chunk, Kind
-from clockalign.store.writer import HEADER, RunWriter
+from clockalign.store.schema import EVENT_DTYPE, FORMAT_VERSION, Chunk, Kind
+from clockalign.store.writer import HEADER, HEADER_CRC, RunWriter
 
 
 def make_events(n, kind=Kind.CUDA, t0=1_000_000):
@@ -70,19 +70,21 @@ def test_flip_magic_version_and_chunk(tmp_path):
     bad = bytearray(good)
     bad[8] ^= 0x07          # format version u16 after the magic
     p.write_bytes(bytes(bad))
-    with pytest.raises(UnsupportedVersion, match="version 6"):
+    with pytest.raises(UnsupportedVersion, match=f"version {FORMAT_VERSION ^ 7}"):
         RunReader(p)
-    # a byte flipped inside the second chunk's payload: the first chunk is kept
+    # a byte flipped inside the second chunk's payload: that chunk alone is lost
     meta_len = int.from_bytes(good[12:16], "little")
-    first = HEADER.size + meta_len
+    first = HEADER.size + meta_len + HEADER_CRC.size
     first_len = int.from_bytes(good[first + 4:first + 8], "little")
     second = first + 12 + first_len
+    second_len = int.from_bytes(good[second + 4:second + 8], "little")
+    third = second + 12 + second_len
     bad = bytearray(good)
     bad[second + 12 + 20] ^= 0x55
     p.write_bytes(bytes(bad))
     r = RunReader(p)
-    assert r.truncated == f"truncated at byte {second} (1 chunks kept)"
-    assert len(r.events()) == 10
+    assert r.truncated == f"damaged: 1 chunk skipped at byte {second} (to {third}) (4 chunks kept)"
+    assert len(r.events()) == 20
 
 
 @pytest.mark.parametrize("cut", [1, 7, 100, 300])

@@ -15,7 +15,7 @@ import numpy as np
 from . import cuda_api
 
 MAGIC = b"CLKALIGN"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 1: msgpack columns, read still; 2: store/codec.py, checksummed header and chunk types
 
 
 class Kind(enum.IntEnum):
