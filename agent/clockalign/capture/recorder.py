@@ -18,9 +18,9 @@ import time
 import numpy as np
 
 from .. import __version__
-from ..errors import ClockalignError
+from ..errors import ClockalignError, RunFileWriteError
 from ..store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, KIND_NAMES, Chunk, Kind
-from ..store.writer import RunWriter
+from ..store.writer import RunWriter, check_output
 from . import preflight, targets
 from .bpfprog import ProbeOptions, Probes
 from .libcuda import resolve_for_pid, resolve_like_loader
@@ -46,6 +46,7 @@ class RecordOptions:
     gpu_clock_pings: int = 64
     status: bool = None               # default: on when stderr is a TTY
     env: dict = None                  # environment of a spawned command (default: ours)
+    force: bool = False               # -o may replace a file that is not a run, or a symlink
 
 
 def _now():
@@ -149,10 +150,17 @@ class Recorder:
             raise ClockalignError("nothing to record: give --pid PID (one or more) or -- COMMAND")
         if o.pids and o.command:
             raise ClockalignError("give either --pid PID or -- COMMAND, not both")
+        if o.duration is not None and not o.duration > 0:
+            raise ClockalignError(f"--duration must be more than 0 seconds (got {o.duration})")
+        check_output(o.output, force=o.force)
+        if o.command:
+            _check_command(o.command, o.env if o.env is not None else os.environ)
+        for pid in o.pids:
+            tgid = _tgid(pid)
+            if tgid is not None and tgid != pid:
+                raise ClockalignError(f"{pid} is a thread of process {tgid}, not a process: "
+                                      f"record it with --pid {tgid}")
         preflight.require(needs_cuda=o.cuda)
-        out_dir = os.path.dirname(os.path.abspath(o.output))
-        if not os.access(out_dir, os.W_OK):
-            raise ClockalignError(f"cannot write {o.output}: directory {out_dir} is not writable")
         self.gpus, self.gpu_why = _gpu_inventory()
         env = dict(o.env if o.env is not None else os.environ)
         if o.command:
@@ -240,7 +248,11 @@ class Recorder:
         for k, n in enumerate(kinds):
             if n and k in KIND_NAMES:
                 self.counts[KIND_NAMES[k]] += int(n)
-        self.writer.write_columns(Chunk.EVENTS, {name: batch[name] for name in EVENT_DTYPE.names})
+        try:
+            self.writer.write_columns(Chunk.EVENTS,
+                                      {name: batch[name] for name in EVENT_DTYPE.names})
+        except RunFileWriteError as e:
+            self._write_failed(e)
 
     def _targets_alive(self, tgids):
         if self.child:
@@ -328,6 +340,48 @@ class Recorder:
                    "ring_peak_fill": round(peak, 4),
                    "helpers": stats, "child_exit": exit_info,
                    "unfinished_cuda": int(len(unfinished)), "clocks_end": clock_snapshot()}
-        self.writer.close(trailer)
+        try:
+            self.writer.close(trailer)
+        except RunFileWriteError as e:
+            self._write_failed(e)
+        if getattr(self, "write_error", None) is not None:
+            raise self.write_error
         self.summary = {"output": self.opts.output, "size": os.path.getsize(self.opts.output),
                         **trailer}
+
+    def _write_failed(self, e):
+        """The run file could not be written (a full disk): stop; run() reports it once."""
+        if getattr(self, "write_error", None) is None:
+            self.write_error = e
+        self.stop_reason = self.stop_reason or "run file write failed"
+        self._stop.set()
+
+
+def _tgid(pid: int):
+    """The process a thread id belongs to (itself for a main thread), None if unknown."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _check_command(argv, env) -> None:
+    """Refuse, before any probe is armed, a command that exec would refuse to run."""
+    import shutil
+    exe = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
+    if not exe or not os.path.isfile(exe):
+        raise ClockalignError(f"command not found: {argv[0]}")
+    if not os.access(exe, os.X_OK):
+        raise ClockalignError(f"cannot run {argv[0]}: it is not executable")
+    try:
+        with open(exe, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise ClockalignError(f"cannot run {argv[0]}: {e.strerror}") from None
+    if head != b"\x7fELF" and not head.startswith(b"#!"):
+        raise ClockalignError(f"cannot run {argv[0]}: it is neither a program nor a script "
+                              "starting with #! (exec would fail: exec format error)")

@@ -5,7 +5,7 @@ import os
 
 import click
 
-from ..errors import ClockalignError
+from ..errors import ClockalignError, TruncatedRun
 
 EXAMPLES = """Examples:
 
@@ -170,9 +170,14 @@ def command(run_file, pairs, as_json, stamps, domain, window, tick):
         if mapped:
             out[mapped[0]]["map"] = mapped[1]
         click.echo(json.dumps(out, indent=2))
-        return
+    else:
+        _print_models(models, mapped)
     if reader.truncated:
-        click.echo(f"note: {run_file} is {reader.truncated}; fitted what it holds")
+        raise TruncatedRun(f"{run_file} is {reader.truncated}; fitted what it holds")
+
+
+def _print_models(models, mapped):
+    from ..align import ASSUMPTION
     for name, m in models.items():
         click.echo(_describe(name, m.summary()))
         if mapped and mapped[0] == name:

@@ -4,9 +4,10 @@ import sys
 
 import click
 
-from ..errors import TruncatedRun
+from ..errors import ClockalignError, TruncatedRun
 from ..store.decode import event_dicts
 from ..store.reader import RunReader
+from ..store.writer import check_output, open_private
 
 EPILOG = """\b
 Examples:
@@ -17,15 +18,30 @@ Examples:
 
 @click.command("dump", epilog=EPILOG)
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", type=click.File("w"), default="-", help="Output (default stdout).")
+@click.option("-o", "--output", default="-", help="Output (default stdout); created 0600.")
 def command(file, output):
     """Write each event as a JSON line with kind, t_ns (MONOTONIC), pid, tid and the kind's
     own fields (cuda: fn, ret, dur_ns, args; connect: peer, errno, dur_ns; sched: prev_state,
     off_cpu_ns, wakeup_to_run_ns; xid: code, msg). Exits 3 on a truncated file."""
     r = RunReader(file)
-    for batch in r.iter_events():
-        for d in event_dicts(batch):
-            output.write(json.dumps(d) + "\n")
-    output.flush()
+    if output == "-":
+        out = sys.stdout
+    else:
+        check_output(output, force=True, what="dump output")
+        out = open_private(output, "w")
+    try:
+        for batch in r.iter_events():
+            out.writelines(json.dumps(d) + "\n" for d in event_dicts(batch))
+        out.flush()
+    except OSError as e:
+        if isinstance(e, BrokenPipeError):
+            raise
+        raise ClockalignError(f"cannot write {output}: {e.strerror or e}") from None
+    finally:
+        if out is not sys.stdout:
+            try:
+                out.close()
+            except OSError:
+                pass
     if not r.clean:
         raise TruncatedRun(f"{file} is {r.truncated}; dumped what was kept")

@@ -2,6 +2,11 @@
 import click
 
 from ..capture.recorder import Recorder, RecordOptions
+from ..errors import ClockalignError
+
+# A BPF ring buffer is a power-of-two number of pages below 4 GiB (the kernel's
+# RINGBUF_MAX_DATA_SZ), so 2 GiB is the largest one that can be created.
+MAX_RING_MB = 2048
 
 EPILOG = """\b
 Examples:
@@ -15,8 +20,12 @@ Examples:
 
 @click.command("record", epilog=EPILOG, context_settings={"ignore_unknown_options": False})
 @click.option("--pid", "pids", type=int, multiple=True, help="Process to record (repeatable).")
-@click.option("-o", "--output", default="clockalign.ca", show_default=True, help="Run file.")
-@click.option("--duration", type=float, help="Stop after this many seconds.")
+@click.option("-o", "--output", default="clockalign.ca", show_default=True,
+              help="Run file (created 0600, owned by the sudo user).")
+@click.option("--force", is_flag=True, help="Let -o replace a file that is not a run file, or "
+              "write through a symbolic link.")
+@click.option("--duration", type=click.FloatRange(0, min_open=True),
+              help="Stop after this many seconds (> 0).")
 @click.option("--libcuda", type=click.Path(dir_okay=False), help="libcuda to probe (default: "
               "the one the target maps, or would load).")
 @click.option("--no-cuda", is_flag=True, help="Record without CUDA driver probes.")
@@ -31,12 +40,13 @@ Examples:
               help="Seconds between GPU clock bursts.")
 @click.option("--gpu-clock-pings", type=int, default=64, show_default=True,
               help="Pings per GPU clock burst.")
-@click.option("--ring-mb", type=float, default=16, show_default=True,
+@click.option("--ring-mb", type=click.FloatRange(0, MAX_RING_MB, min_open=True), default=16,
+              show_default=True,
               help="Ring buffer size in MiB (rounded down to a power-of-two number of pages).")
 @click.option("--quiet", is_flag=True, help="No live status line.")
 @click.option("--dump-bpf", is_flag=True, help="Print the BPF program and cflags, then exit.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def command(pids, output, duration, libcuda, no_cuda, follow_children, counters,
+def command(pids, output, force, duration, libcuda, no_cuda, follow_children, counters,
             counter_interval, no_gpu_clock, gpu_clock_period, gpu_clock_pings, ring_mb, quiet,
             dump_bpf, command):
     """Record CUDA driver calls, context switches, connect(), Xids, GPU clocks and counters
@@ -49,7 +59,8 @@ def command(pids, output, duration, libcuda, no_cuda, follow_children, counters,
         return
     if counter_interval < 0.01:
         raise click.BadParameter("must be >= 0.01 s", param_hint="--counter-interval")
-    opts = RecordOptions(output=output, pids=list(pids), command=list(command) or None,
+    _check_ring_memory(ring_mb)
+    opts = RecordOptions(output=output, force=force, pids=list(pids), command=list(command) or None,
                          duration=duration, libcuda=libcuda, cuda=not no_cuda,
                          follow_children=follow_children, ring_mb=ring_mb, counters=counters,
                          counter_interval=counter_interval, gpu_clock=not no_gpu_clock,
@@ -60,3 +71,15 @@ def command(pids, output, duration, libcuda, no_cuda, follow_children, counters,
     drops = sum(s["drops"].values())
     click.echo(f"wrote {s['output']} ({s['size'] / 1e6:.2f} MB): {counts}; "
                f"{drops} dropped; stopped by {s['reason']}", err=True)
+
+
+def _check_ring_memory(ring_mb: float) -> None:
+    """A ring the host cannot hold fails in the kernel with a misleading message: refuse it."""
+    try:
+        with open("/proc/meminfo") as f:
+            avail_kb = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return
+    if ring_mb * 1024 > avail_kb / 2:
+        raise ClockalignError(f"--ring-mb {ring_mb:g} is more than half of this host's available "
+                              f"memory ({avail_kb // 1024} MiB): choose a smaller ring")

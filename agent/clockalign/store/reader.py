@@ -199,7 +199,7 @@ class RunReader:
         """Offset of the next chunk that checks after damaged bytes, or None."""
         pos = start
         while True:
-            pos = self._data.find(CHUNK_MARK, pos) if pos < self.size else -1
+            pos = self._find_mark(pos)
             if pos < 0:
                 return None
             if self._chunk_at(pos) is not None:
@@ -207,6 +207,19 @@ class RunReader:
             if self.trailer is not None and self._data[pos:pos + 5] == END_MARK:
                 return pos
             pos += 1
+
+    def _find_mark(self, pos: int, end: int = None) -> int:
+        """Next chunk mark at or after pos (before end), searching in slices whose pages are
+        given back, so a long stretch of damage costs no memory."""
+        end = self.size if end is None else end
+        while pos < end:
+            stop = min(end, pos + CRC_SLICE)
+            hit = self._data.find(CHUNK_MARK, pos, min(end, stop + 1))
+            self._release(pos, stop - pos)
+            if hit >= 0:
+                return hit
+            pos = stop
+        return -1
 
     def _end_at(self, pos: int) -> bool:
         if self.trailer is None or self._data[pos:pos + len(END_MARK)] != END_MARK:
@@ -250,7 +263,7 @@ class RunReader:
             if self._data[pos:pos + 2] == CHUNK_MARK and self.size - pos >= CHUNK.size \
                     and CHUNK.unpack_from(self._data, pos)[1] in KNOWN_TYPES:
                 k += 1
-            pos = self._data.find(CHUNK_MARK, pos + 1, end)
+            pos = self._find_mark(pos + 1, end)
             if pos < 0:
                 break
         return max(k, 1)

@@ -180,6 +180,7 @@ class RunWriter:
         self.chunks = 0
         self.closed = False
         self.failed = None
+        self._owner_thread = threading.get_ident()
         self._size_at_fail = 0
         self._f = open_private(self.path, "wb", force=force)
         body = msgpack.packb(meta, use_bin_type=True)
@@ -213,7 +214,10 @@ class RunWriter:
         self.closed = True
 
     def _raise_failed(self):
-        if self.failed is not None and not getattr(self, "_reported", False):
+        """Raise a write failure once, in the thread that opened the writer (helper threads
+        writing their own chunks see later writes become no-ops instead)."""
+        if self.failed is not None and not getattr(self, "_reported", False) \
+                and threading.get_ident() == self._owner_thread:
             self._reported = True
             raise self.failed
 
