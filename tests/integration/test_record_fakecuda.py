@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from clockalign.faults.check import cuda_counts
-from clockalign.faults.standin import EXPECTED_CALLS
-from clockalign.store.decode import event_dicts
+from clockalign.faults.standin import EXPECTED_CALLS, SWEEP_CALLS, expected_call
+from clockalign.store import cuda_api
+from clockalign.store.decode import cstring, event_dicts
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import CUDA_FN_BY_NAME, Kind
 
@@ -65,9 +66,39 @@ def check_workload(ev, info, burst=0):
     assert info["oom"] == 2
     htod = [d for d in event_dicts(cuda[cuda["code"] == CUDA_FN_BY_NAME["cuMemcpyHtoD_v2"]])]
     assert sorted(d["bytes"] for d in htod) == [100, 4096]
-    syncs = cuda[cuda["code"] == CUDA_FN_BY_NAME["cuStreamSynchronize"]]
-    assert np.all(syncs["dur"] >= 2_000_000)           # the fake sleeps 2 ms
+    syncs = cuda[np.isin(cuda["code"], cuda_api.ids("sync"))]
+    assert len(syncs) and np.all(syncs["dur"] >= 2_000_000)           # the fake sleeps 2 ms
     assert np.all(cuda["dur"] > 0)
+    check_sweep(cuda, info)
+
+
+def check_sweep(cuda, info):
+    """Every other table function: its exact count, and per call its arguments, return code
+    and kept string, as standin.expected_call predicts."""
+    assert set(SWEEP_CALLS) | set(EXPECTED_CALLS) == set(cuda_api.BY_SYMBOL)
+    wrong = []
+    for sym, n in SWEEP_CALLS.items():
+        f = cuda_api.BY_SYMBOL[sym]
+        calls = cuda[cuda["code"] == f.id]
+        calls = calls[np.argsort(calls["ts"], kind="stable")]
+        if len(calls) != n:
+            wrong.append((sym, "count", n, len(calls)))
+            continue
+        if set(calls["tid"].tolist()) != {info["tid_main"]}:
+            wrong.append((sym, "tid", info["tid_main"], sorted(set(calls["tid"].tolist()))))
+        for i in range(n):
+            c, exp = calls[i], expected_call(f, i)
+            if int(c["ret"]) != exp["ret"]:
+                wrong.append((sym, i, "ret", exp["ret"], int(c["ret"])))
+            for k, v in exp["args"].items():
+                if int(c[f"a{k}"]) != v:
+                    wrong.append((sym, i, f.arg_names[k], hex(v), hex(int(c[f"a{k}"]))))
+            if exp["name"] is not None and cstring(c["data"]) != exp["name"]:
+                wrong.append((sym, i, "data", exp["name"], cstring(c["data"])))
+    assert not wrong, wrong[:20]
+    # every failing return code the sweep chose was seen
+    rets = set(cuda["ret"].tolist())
+    assert {2, 218, 500} <= rets
 
 
 def test_spawn_mode_counts_args_codes_tids(fakecuda, listener, tmp_path):
@@ -242,7 +273,7 @@ def test_two_pids_in_one_recording(fakecuda, tmp_path):
 
 
 def test_faults_of_a_recording(fakecuda, listener, tmp_path):
-    """The stand-in's two OOMs and a refused connect come out of `clockalign faults`."""
+    """The stand-in's failing calls and a refused connect come out of `clockalign faults`."""
     open_port, closed_port = listener
     out = tmp_path / "f.ca"
     p = run_clockalign("record", "-o", str(out), *BASE, "--", str(fakecuda / "target"),
@@ -253,11 +284,31 @@ def test_faults_of_a_recording(fakecuda, listener, tmp_path):
     assert p.returncode == 0, p.stderr
     faults = json.loads(p.stdout)
     faults = faults["faults"] if isinstance(faults, dict) else faults
-    kinds = [(f["kind"], f["name"]) for f in faults]
-    assert kinds.count(("cuda_error", "CUDA_ERROR_OUT_OF_MEMORY")) == 2
-    oom = [f for f in faults if f["kind"] == "cuda_error"]
-    assert all(f["function"] == "cuMemAlloc_v2" and f["code"] == 2 for f in oom)
-    assert all(f["recovery_ns"] is not None and f["recovery_ns"] > 0 for f in oom)
+    # every failing call of the stand-in is a fault of its own (a success of the same
+    # function comes between two failures): 2 OOMs of cuMemAlloc_v2, and the sweep's OOMs
+    # of every other allocator (cuMemCreate, cuMemAllocFromPoolAsync, ...), bad images and
+    # missing kernel names
+    want = {("cuMemAlloc_v2", 2): 2}
+    for sym, n in SWEEP_CALLS.items():
+        f = cuda_api.BY_SYMBOL[sym]
+        for i in range(n):
+            ret = expected_call(f, i)["ret"]
+            if ret:
+                want[(sym, ret)] = want.get((sym, ret), 0) + 1
+    assert {cuda_api.FUNCTIONS[i].symbol for i in cuda_api.ALLOC_IDS} <= {s for s, r in want}
+    errors = [f for f in faults if f["kind"] == "cuda_error"]
+    got = {}
+    for f in errors:
+        got[(f["function"], f["code"])] = got.get((f["function"], f["code"]), 0) + 1
+    assert got == want
+    oom = [f for f in errors if f["code"] == 2]
+    assert all(f["name"] == "CUDA_ERROR_OUT_OF_MEMORY" for f in oom)
+    # recovered by the next successful call of the function: all but a function's last call
+    last_fails = {sym for sym, n in SWEEP_CALLS.items()
+                  if expected_call(cuda_api.BY_SYMBOL[sym], n - 1)["ret"] == 2}
+    unrecovered = [f for f in oom if f["recovery_ns"] is None]
+    assert sorted(f["function"] for f in unrecovered) == sorted(last_fails)
+    assert all(f["recovery_ns"] > 0 for f in oom if f["recovery_ns"] is not None)
     refused = [f for f in faults if f["kind"] == "connect_error"]
     assert len(refused) == 1 and refused[0]["name"] == "ECONNREFUSED"
     assert refused[0]["target"] == f"127.0.0.1:{closed_port}"
@@ -286,7 +337,9 @@ def test_status_line_on_a_tty(fakecuda, tmp_path):
         text += chunk
     os.waitpid(pid, 0)
     screen = text.decode(errors="replace")
-    assert "cuda=40" in screen and "drops=0" in screen and " MB" in screen, screen
+    total = sum(EXPECTED_CALLS.values())
+    assert f"cuda={total:,}" in screen or f"cuda={total}" in screen, screen
+    assert "drops=0" in screen and " MB" in screen, screen
     assert "\r" in screen
 
 

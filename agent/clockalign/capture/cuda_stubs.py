@@ -16,6 +16,8 @@ def param(n: int) -> str:
 
 
 def read_expr(r: cuda_api.Read) -> str:
+    if r.how == "arg" and r.size < 8:
+        return f"(u{8 * r.size}){param(r.param)}"
     if r.how in ("arg", "out", "string"):
         return param(r.param)
     if r.how == "field":

@@ -6,10 +6,12 @@ import errno
 
 import numpy as np
 
+from ..store import cuda_api
 from ..store.schema import CUDA_FN_BY_NAME, Kind
 
-LAUNCH_FNS = ("cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchKernel_ptsz", "cuLaunchKernelEx_ptsz")
-ALLOC_FNS = ("cuMemAlloc_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz")
+LAUNCH_FNS = cuda_api.names("launch")
+ALLOC_FNS = tuple(cuda_api.function_name(i) for i in cuda_api.ALLOC_IDS)
+CTX_SYNC_FNS = tuple(n for n in cuda_api.names("sync") if n.startswith("cuCtxSynchronize"))
 
 
 def cuda_counts(ev, pid=None, window=None):
@@ -47,7 +49,7 @@ def check_reference_gpu(ev, w: dict):
     ok_retry = int(np.sum((allocs["ret"] == 0) & (allocs["a1"] >= w["retry_bytes"])))
     rows.append(("successful retry allocation after the OOM", 1, ok_retry, ok_retry >= 1))
     sync = cuda_counts(ev, pid, ph["sync"])
-    seen = _count(sync, ("cuCtxSynchronize", "cuCtxSynchronize_v2"))
+    seen = _count(sync, CTX_SYNC_FNS)
     rows.append(("cuCtxSynchronize(_v2) in the sync loop", w["syncs"], seen, seen == w["syncs"]))
     conns = ev[(ev["kind"] == Kind.CONNECT) & (ev["pid"] == pid)]
     conns = conns[(conns["ts"] >= ph["connect"][0]) & (conns["ts"] <= ph["connect"][1])]

@@ -10,10 +10,10 @@ which render.py prints and tests compare with the input.
 import numpy as np
 
 from ..export import decode
-from ..store.schema import CUDA_FN_BY_NAME, Chunk, ClockDomain
+from ..store import cuda_api
+from ..store.schema import Chunk, ClockDomain
 
-LAUNCH_FNS = [CUDA_FN_BY_NAME[n] for n in ("cuLaunchKernel", "cuLaunchKernelEx",
-                                           "cuLaunchKernel_ptsz", "cuLaunchKernelEx_ptsz")]
+LAUNCH_FNS = list(cuda_api.ids("launch"))
 
 
 def pct(x, q):

@@ -23,11 +23,10 @@ before it within ``lookback``, with its lead time.
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..store.schema import CUDA_FN_BY_NAME
+from ..store import cuda_api
 from .analysis import LAUNCH_FNS
 
-SYNC_FNS = [CUDA_FN_BY_NAME[n] for n in ("cuStreamSynchronize", "cuCtxSynchronize",
-                                         "cuEventSynchronize", "cuStreamSynchronize_ptsz")]
+SYNC_FNS = list(cuda_api.ids("sync"))    # calls that block by design
 
 MAD_K = 1.4826
 MEAN_AD_K = 1.253314

@@ -57,8 +57,9 @@ class Read:
         return f"helper: {self.struct}"
 
 
-def arg(n):
-    return Read("arg", n)
+def arg(n, size=8):
+    """Parameter n; size < 8 for a narrower C type (the register's upper bits are junk)."""
+    return Read("arg", n, size=size)
 
 
 def field(n, struct, offset, size=8):
@@ -136,8 +137,9 @@ _ALLOC_ASYNC = (("dptr", out(1)), ("bytes", arg(2)), ("stream", arg(3)))
 _COPY = (("dst", arg(1)), ("src", arg(2)), ("bytes", arg(3)))
 _COPY_ASYNC = _COPY + (("stream", arg(4)),)
 _STREAM = (("stream", arg(1)),)
-_MEMSET = (("dst", arg(1)), ("value", arg(2)), ("count", arg(3)))
-_MEMSET_ASYNC = _MEMSET + (("stream", arg(4)),)
+def _memset(size, stream):
+    a = (("dst", arg(1)), ("value", arg(2, size)), ("count", arg(3)))
+    return a + (("stream", arg(4)),) if stream else a
 _EVENT_RECORD = (("event", arg(1)), ("stream", arg(2)))
 
 
@@ -192,12 +194,12 @@ _FUNCTIONS = [
            entry="memcpy2d"),
     *_pair(40, "cuMemcpy3D_v2", "copy", _copy2d("CUDA_MEMCPY3D", False), "_ptds",
            entry="memcpy3d"),
-    *_pair(42, "cuMemsetD8_v2", "memset", _MEMSET, "_ptds"),
-    *_pair(44, "cuMemsetD16_v2", "memset", _MEMSET, "_ptds"),
-    *_pair(46, "cuMemsetD32_v2", "memset", _MEMSET, "_ptds"),
-    *_pair(48, "cuMemsetD8Async", "memset", _MEMSET_ASYNC, "_ptsz"),
-    *_pair(50, "cuMemsetD16Async", "memset", _MEMSET_ASYNC, "_ptsz"),
-    *_pair(52, "cuMemsetD32Async", "memset", _MEMSET_ASYNC, "_ptsz"),
+    *_pair(42, "cuMemsetD8_v2", "memset", _memset(1, False), "_ptds"),
+    *_pair(44, "cuMemsetD16_v2", "memset", _memset(2, False), "_ptds"),
+    *_pair(46, "cuMemsetD32_v2", "memset", _memset(4, False), "_ptds"),
+    *_pair(48, "cuMemsetD8Async", "memset", _memset(1, True), "_ptsz"),
+    *_pair(50, "cuMemsetD16Async", "memset", _memset(2, True), "_ptsz"),
+    *_pair(52, "cuMemsetD32Async", "memset", _memset(4, True), "_ptsz"),
     *_pair(54, "cuMemAllocFromPoolAsync", "alloc",
            (("dptr", out(1)), ("bytes", arg(2)), ("stream", arg(4)), ("pool", arg(3))),
            "_ptsz", allocates=True),
@@ -218,30 +220,30 @@ _FUNCTIONS = [
     # module and library loading: model-load latency
     CudaFunction(63, "cuModuleLoadData", "module", (("module", out(1)), ("image", arg(2)))),
     CudaFunction(64, "cuModuleLoadDataEx", "module",
-                 (("module", out(1)), ("image", arg(2)), ("num_options", arg(3)))),
+                 (("module", out(1)), ("image", arg(2)), ("num_options", arg(3, 4)))),
     CudaFunction(65, "cuLibraryLoadData", "module",
-                 (("library", out(1)), ("image", arg(2)), ("num_jit_options", arg(5)),
-                  ("num_library_options", arg(8)))),
+                 (("library", out(1)), ("image", arg(2)), ("num_jit_options", arg(5, 4)),
+                  ("num_library_options", arg(8, 4)))),
     CudaFunction(66, "cuModuleGetFunction", "function",
                  (("func", out(1)), ("module", arg(2)), ("name", string(3)))),
     CudaFunction(67, "cuLibraryGetKernel", "function",
                  (("func", out(1)), ("library", arg(2)), ("name", string(3)))),
     # cross-stream ordering
     *_pair(68, "cuStreamWaitEvent", "stream_wait",
-           (("stream", arg(1)), ("event", arg(2)), ("flags", arg(3))), "_ptsz"),
+           (("stream", arg(1)), ("event", arg(2)), ("flags", arg(3, 4))), "_ptsz"),
     *_pair(70, "cuEventRecord", "event", _EVENT_RECORD, "_ptsz"),
-    *_pair(72, "cuEventRecordWithFlags", "event", _EVENT_RECORD + (("flags", arg(3)),),
+    *_pair(72, "cuEventRecordWithFlags", "event", _EVENT_RECORD + (("flags", arg(3, 4)),),
            "_ptsz"),
     # context setup
     CudaFunction(74, "cuCtxCreate_v2", "context",
-                 (("ctx", out(1)), ("flags", arg(2)), ("device", arg(3)))),
+                 (("ctx", out(1)), ("flags", arg(2, 4)), ("device", arg(3, 4)))),
     CudaFunction(75, "cuCtxCreate_v3", "context",
-                 (("ctx", out(1)), ("flags", arg(4)), ("device", arg(5)),
-                  ("num_params", arg(3)))),
+                 (("ctx", out(1)), ("flags", arg(4, 4)), ("device", arg(5, 4)),
+                  ("num_params", arg(3, 4)))),
     CudaFunction(76, "cuCtxCreate_v4", "context",
-                 (("ctx", out(1)), ("flags", arg(3)), ("device", arg(4)))),
+                 (("ctx", out(1)), ("flags", arg(3, 4)), ("device", arg(4, 4)))),
     CudaFunction(77, "cuDevicePrimaryCtxRetain", "context",
-                 (("ctx", out(1)), ("device", arg(2)))),
+                 (("ctx", out(1)), ("device", arg(2, 4)))),
 ]
 
 FUNCTIONS = {f.id: f for f in _FUNCTIONS}

@@ -42,7 +42,8 @@ import numpy as np
 
 from ..store.counter_fields import CAPPING, CLOCK_REASONS, FIELD_BY_NAME
 from ..store.reader import RunReader
-from ..store.schema import CUDA_FUNCTIONS, Chunk, Kind
+from ..store import cuda_api
+from ..store.schema import Chunk, Kind
 from .codes import (FATAL_SIGNALS, STICKY_CURESULTS, cuda_result_name, errno_name,
                     signal_name, xid_name)
 from .events import decode_comm, decode_sockaddr, decode_xid, to_timeline
@@ -56,7 +57,7 @@ KERNEL_SOURCES = ("tracepoint",)        # sightings stamped where the event happ
 SIGNAL_DELIVERED = (0, 2, 4)            # signal_generate result: delivered/pending/lose-info
 
 _PID_IN_XID = re.compile(r"pid=(\d+)")
-_FN_NAMES = {fid: name for fid, (name, _) in CUDA_FUNCTIONS.items()}
+_FN_NAMES = {fid: f.symbol for fid, f in cuda_api.FUNCTIONS.items()}
 
 
 @dataclass

@@ -8,7 +8,12 @@
  * Counts: 23 launches (12 cuLaunchKernel on thread A, 11 cuLaunchKernelEx on thread B),
  * 5 cuMemAlloc_v2 of which 2 return OUT_OF_MEMORY, 3 cuMemFree_v2, 2 HtoD, 2 DtoH,
  * 1 cuMemcpyAsync, 2 cuStreamSynchronize, 1 cuCtxSynchronize, 1 cuEventSynchronize;
- * --burst N adds N cuLaunchKernel on the main thread (func 0x3000). */
+ * --burst N adds N cuLaunchKernel on the main thread (func 0x3000).
+ * Then the sweep: every other traced function (store/cuda_api.py) N_<symbol> times on the
+ * main thread (counts: cuda_ids.h, from standin.SWEEP_CALLS), call i passing the
+ * arguments standin.expected_call() predicts: V(sym, n) = id << 20 | n << 12 | i for
+ * parameter n, with chosen failures (allocations of 2 TiB on every third call, a "bad"
+ * image on every fourth, the kernel name "missing" on every fifth). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -21,6 +26,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "cuda_ids.h"
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -44,9 +51,16 @@ static CUresult (*ctx_sync)(void);
 static CUresult (*event_sync)(void *);
 
 static long tid_a, tid_b;
+static void *lib;
+
+static void *need(const char *sym) {
+    void *p = dlsym(lib, sym);
+    if (!p) { fprintf(stderr, "libcuda.so.1 lacks %s\n", sym); exit(3); }
+    return p;
+}
 
 static void load(void) {
-    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    void *h = lib = dlopen("libcuda.so.1", RTLD_NOW);
     if (!h) { fprintf(stderr, "dlopen: %s\n", dlerror()); exit(3); }
 #define SYM(v, n) *(void **)&v = dlsym(h, n)
     SYM(launch, "cuLaunchKernel"); SYM(launch_ex, "cuLaunchKernelEx");
@@ -71,6 +85,153 @@ static void *thread_b(void *arg) {
     for (int i = 0; i < 11; i++)
         launch_ex(&c, (void *)0x2000, NULL, NULL);
     return NULL;
+}
+
+/* ---------------------------------------------------------------- the sweep */
+typedef unsigned long long u64;
+typedef struct {
+    size_t srcXInBytes, srcY;
+    int srcMemoryType;
+    u64 srcHost, srcDevice, srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    int dstMemoryType;
+    u64 dstHost, dstDevice, dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+typedef struct {
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    int srcMemoryType;
+    u64 srcHost, srcDevice, srcArray, reserved0;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    int dstMemoryType;
+    u64 dstHost, dstDevice, dstArray, reserved1;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D;
+typedef struct {
+    int type, requestedHandleTypes;
+    struct { int type, id; } location;
+    void *win32HandleMetaData;
+    unsigned char allocFlags[8];
+} CUmemAllocationProp;
+
+#define V(sym, n) ((((u64)ID_##sym) << 20) | ((u64)(n) << 12) | (u64)i)
+#define P(sym, n) ((void *)V(sym, n))
+#define U(sym, n) ((unsigned)V(sym, n))
+#define D(n) ((unsigned)((n) * 7 + i))
+#define BYTES(sym) (i % 3 == 0 ? 2ULL << 40 : V(sym, 2))
+#define IMAGE (i % 4 == 1 ? "bad ptx" : "// ptx")
+#define LOOP(sym) for (int i = 0; i < N_##sym; i++)
+/* call sym through dlsym with the parameter types of cuda.h */
+#define CALL(sym, types, ...) \
+    ({ static void *p_; if (!p_) p_ = need(#sym); ((CUresult (*) types)p_)(__VA_ARGS__); })
+
+#define SW_LAUNCH(s) LOOP(s) CALL(s, (void *, unsigned, unsigned, unsigned, unsigned, unsigned, \
+    unsigned, unsigned, void *, void **, void **), P(s, 1), D(2), D(3), D(4), D(5), D(6), D(7), \
+    U(s, 8), P(s, 9), NULL, NULL)
+#define SW_LAUNCH_EX(s) LOOP(s) { \
+    CUlaunchConfig c = {D(2), D(3), D(4), D(5), D(6), D(7), U(s, 8), P(s, 9), NULL, 0}; \
+    CALL(s, (const CUlaunchConfig *, void *, void **, void **), &c, P(s, 2), NULL, NULL); }
+#define SW_P2(s) LOOP(s) CALL(s, (void *, void *), P(s, 1), P(s, 2))
+#define SW_P1(s) LOOP(s) CALL(s, (void *), P(s, 1))
+#define SW_COPY(s) LOOP(s) CALL(s, (u64, u64, size_t), V(s, 1), V(s, 2), V(s, 3))
+#define SW_COPY_ASYNC(s) LOOP(s) CALL(s, (u64, u64, size_t, void *), V(s, 1), V(s, 2), \
+    V(s, 3), P(s, 4))
+#define SW_PEER(s) LOOP(s) CALL(s, (u64, void *, u64, void *, size_t, void *), V(s, 1), \
+    P(s, 2), V(s, 3), P(s, 4), V(s, 5), P(s, 6))
+#define SIDES(c, s) \
+    c.srcMemoryType = 1 + i % 4; c.dstMemoryType = 1 + (i + 1) % 4; \
+    c.srcHost = V(s, 20); c.srcDevice = V(s, 21); c.srcArray = V(s, 22); \
+    c.dstHost = V(s, 23); c.dstDevice = V(s, 24); c.dstArray = V(s, 25); \
+    c.srcPitch = c.dstPitch = c.srcXInBytes = c.dstXInBytes = V(s, 26); \
+    c.WidthInBytes = 16 + i; c.Height = 3
+#define SW_2D(s) LOOP(s) { CUDA_MEMCPY2D c = {0}; SIDES(c, s); \
+    CALL(s, (const CUDA_MEMCPY2D *), &c); }
+#define SW_2D_ASYNC(s) LOOP(s) { CUDA_MEMCPY2D c = {0}; SIDES(c, s); \
+    CALL(s, (const CUDA_MEMCPY2D *, void *), &c, P(s, 2)); }
+#define SW_3D(s) LOOP(s) { CUDA_MEMCPY3D c = {0}; SIDES(c, s); c.Depth = 2; \
+    CALL(s, (const CUDA_MEMCPY3D *), &c); }
+#define SW_3D_ASYNC(s) LOOP(s) { CUDA_MEMCPY3D c = {0}; SIDES(c, s); c.Depth = 2; \
+    CALL(s, (const CUDA_MEMCPY3D *, void *), &c, P(s, 2)); }
+#define SW_MEMSET(s, T) LOOP(s) CALL(s, (u64, T, size_t), V(s, 1), (T)V(s, 2), V(s, 3))
+#define SW_MEMSET_ASYNC(s, T) LOOP(s) CALL(s, (u64, T, size_t, void *), V(s, 1), (T)V(s, 2), \
+    V(s, 3), P(s, 4))
+#define SW_ALLOC_ASYNC(s) LOOP(s) { u64 d; CALL(s, (u64 *, size_t, void *), &d, BYTES(s), \
+    P(s, 3)); }
+#define SW_ALLOC_POOL(s) LOOP(s) { u64 d; CALL(s, (u64 *, size_t, void *, void *), &d, \
+    BYTES(s), P(s, 3), P(s, 4)); }
+#define SW_FREE_ASYNC(s) LOOP(s) CALL(s, (u64, void *), V(s, 1), P(s, 2))
+#define SW_LOOKUP(s) LOOP(s) { void *f; char name[32]; \
+    if (i == 0) strcpy(name, "vector_add"); else if (i == 1) strcpy(name, "gemm_tile"); \
+    else if (i % 5 == 4) strcpy(name, "missing"); \
+    else snprintf(name, sizeof name, "kernel_%d_%d", ID_##s, i); \
+    CALL(s, (void **, void *, const char *), &f, P(s, 2), name); }
+#define SW_WAIT(s) LOOP(s) CALL(s, (void *, void *, unsigned), P(s, 1), P(s, 2), U(s, 3))
+
+static void sweep(void) {
+    SW_LAUNCH(cuLaunchKernel_ptsz);
+    SW_LAUNCH_EX(cuLaunchKernelEx_ptsz);
+    SW_P2(cuGraphLaunch); SW_P2(cuGraphLaunch_ptsz);
+    SW_ALLOC_ASYNC(cuMemAllocAsync); SW_ALLOC_ASYNC(cuMemAllocAsync_ptsz);
+    SW_ALLOC_POOL(cuMemAllocFromPoolAsync); SW_ALLOC_POOL(cuMemAllocFromPoolAsync_ptsz);
+    SW_FREE_ASYNC(cuMemFreeAsync); SW_FREE_ASYNC(cuMemFreeAsync_ptsz);
+    SW_COPY(cuMemcpyHtoD_v2_ptds); SW_COPY(cuMemcpyDtoH_v2_ptds);
+    SW_COPY(cuMemcpyDtoD_v2); SW_COPY(cuMemcpyDtoD_v2_ptds);
+    SW_COPY(cuMemcpy); SW_COPY(cuMemcpy_ptds);
+    SW_COPY_ASYNC(cuMemcpyAsync_ptsz);
+    SW_COPY_ASYNC(cuMemcpyHtoDAsync_v2); SW_COPY_ASYNC(cuMemcpyHtoDAsync_v2_ptsz);
+    SW_COPY_ASYNC(cuMemcpyDtoHAsync_v2); SW_COPY_ASYNC(cuMemcpyDtoHAsync_v2_ptsz);
+    SW_COPY_ASYNC(cuMemcpyDtoDAsync_v2); SW_COPY_ASYNC(cuMemcpyDtoDAsync_v2_ptsz);
+    SW_PEER(cuMemcpyPeerAsync); SW_PEER(cuMemcpyPeerAsync_ptsz);
+    SW_2D(cuMemcpy2D_v2); SW_2D(cuMemcpy2D_v2_ptds);
+    SW_2D_ASYNC(cuMemcpy2DAsync_v2); SW_2D_ASYNC(cuMemcpy2DAsync_v2_ptsz);
+    SW_3D(cuMemcpy3D_v2); SW_3D(cuMemcpy3D_v2_ptds);
+    SW_3D_ASYNC(cuMemcpy3DAsync_v2); SW_3D_ASYNC(cuMemcpy3DAsync_v2_ptsz);
+    SW_MEMSET(cuMemsetD8_v2, unsigned char); SW_MEMSET(cuMemsetD8_v2_ptds, unsigned char);
+    SW_MEMSET(cuMemsetD16_v2, unsigned short); SW_MEMSET(cuMemsetD16_v2_ptds, unsigned short);
+    SW_MEMSET(cuMemsetD32_v2, unsigned); SW_MEMSET(cuMemsetD32_v2_ptds, unsigned);
+    SW_MEMSET_ASYNC(cuMemsetD8Async, unsigned char);
+    SW_MEMSET_ASYNC(cuMemsetD8Async_ptsz, unsigned char);
+    SW_MEMSET_ASYNC(cuMemsetD16Async, unsigned short);
+    SW_MEMSET_ASYNC(cuMemsetD16Async_ptsz, unsigned short);
+    SW_MEMSET_ASYNC(cuMemsetD32Async, unsigned);
+    SW_MEMSET_ASYNC(cuMemsetD32Async_ptsz, unsigned);
+    SW_P1(cuStreamSynchronize_ptsz); SW_P1(cuCtxSynchronize_v2);
+    SW_WAIT(cuStreamWaitEvent); SW_WAIT(cuStreamWaitEvent_ptsz);
+    SW_P2(cuEventRecord); SW_P2(cuEventRecord_ptsz);
+    SW_WAIT(cuEventRecordWithFlags); SW_WAIT(cuEventRecordWithFlags_ptsz);
+    LOOP(cuMemCreate) {
+        u64 h; CUmemAllocationProp prop = {0};
+        prop.location.id = (int)V(cuMemCreate, 3);
+        CALL(cuMemCreate, (u64 *, size_t, const CUmemAllocationProp *, u64), &h,
+             BYTES(cuMemCreate), &prop, V(cuMemCreate, 4));
+    }
+    LOOP(cuMemMap) CALL(cuMemMap, (u64, size_t, size_t, u64, u64), V(cuMemMap, 1),
+                        V(cuMemMap, 2), V(cuMemMap, 3), V(cuMemMap, 4), V(cuMemMap, 5));
+    LOOP(cuMemUnmap) CALL(cuMemUnmap, (u64, size_t), V(cuMemUnmap, 1), V(cuMemUnmap, 2));
+    LOOP(cuMemRelease) CALL(cuMemRelease, (u64), V(cuMemRelease, 1));
+    LOOP(cuMemAddressReserve) { u64 d; CALL(cuMemAddressReserve, (u64 *, size_t, size_t, u64, u64),
+        &d, V(cuMemAddressReserve, 2), V(cuMemAddressReserve, 3), V(cuMemAddressReserve, 4),
+        V(cuMemAddressReserve, 5)); }
+    LOOP(cuModuleLoadData) { void *m; CALL(cuModuleLoadData, (void **, const void *), &m, IMAGE); }
+    LOOP(cuModuleLoadDataEx) { void *m; CALL(cuModuleLoadDataEx,
+        (void **, const void *, unsigned, int *, void **), &m, IMAGE, U(cuModuleLoadDataEx, 3),
+        NULL, NULL); }
+    LOOP(cuLibraryLoadData) { void *l; CALL(cuLibraryLoadData,
+        (void **, const void *, int *, void **, unsigned, int *, void **, unsigned), &l, IMAGE,
+        NULL, NULL, U(cuLibraryLoadData, 5), NULL, NULL, U(cuLibraryLoadData, 8)); }
+    SW_LOOKUP(cuModuleGetFunction); SW_LOOKUP(cuLibraryGetKernel);
+    LOOP(cuCtxCreate_v2) { void *c; CALL(cuCtxCreate_v2, (void **, unsigned, int), &c,
+        U(cuCtxCreate_v2, 2), (int)V(cuCtxCreate_v2, 3)); }
+    LOOP(cuCtxCreate_v3) { void *c; CALL(cuCtxCreate_v3, (void **, void *, int, unsigned, int),
+        &c, NULL, (int)V(cuCtxCreate_v3, 3), U(cuCtxCreate_v3, 4), (int)V(cuCtxCreate_v3, 5)); }
+    LOOP(cuCtxCreate_v4) { void *c; CALL(cuCtxCreate_v4, (void **, void *, unsigned, int), &c,
+        NULL, U(cuCtxCreate_v4, 3), (int)V(cuCtxCreate_v4, 4)); }
+    LOOP(cuDevicePrimaryCtxRetain) { void *c; CALL(cuDevicePrimaryCtxRetain, (void **, int), &c,
+        (int)V(cuDevicePrimaryCtxRetain, 2)); }
 }
 
 static int try_connect(int port) {
@@ -128,6 +289,7 @@ int main(int argc, char **argv) {
     ctx_sync();
     event_sync((void *)0x7000);
     mem_free(p[0]); mem_free(p[2]); mem_free(p[4]);
+    sweep();
 
     int c_open = port_open ? try_connect(port_open) : 1;
     int c_closed = port_closed ? try_connect(port_closed) : 1;
