@@ -152,7 +152,6 @@ class Recorder:
             raise ClockalignError("give either --pid PID or -- COMMAND, not both")
         if o.duration is not None and not o.duration > 0:
             raise ClockalignError(f"--duration must be more than 0 seconds (got {o.duration})")
-        check_output(o.output, force=o.force)
         if o.command:
             _check_command(o.command, o.env if o.env is not None else os.environ)
         for pid in o.pids:
@@ -161,6 +160,7 @@ class Recorder:
                 raise ClockalignError(f"{pid} is a thread of process {tgid}, not a process: "
                                       f"record it with --pid {tgid}")
         preflight.require(needs_cuda=o.cuda)
+        check_output(o.output, force=o.force)
         self.gpus, self.gpu_why = _gpu_inventory()
         env = dict(o.env if o.env is not None else os.environ)
         if o.command:
@@ -373,10 +373,8 @@ def _check_command(argv, env) -> None:
     """Refuse, before any probe is armed, a command that exec would refuse to run."""
     import shutil
     exe = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
-    if not exe or not os.path.isfile(exe):
-        raise ClockalignError(f"command not found: {argv[0]}")
-    if not os.access(exe, os.X_OK):
-        raise ClockalignError(f"cannot run {argv[0]}: it is not executable")
+    if not exe or not os.path.isfile(exe) or not os.access(exe, os.X_OK):
+        raise ClockalignError(f"command not found or not executable: {argv[0]}")
     try:
         with open(exe, "rb") as f:
             head = f.read(4)
