@@ -353,3 +353,45 @@ def test_bcc_missing_is_one_sentence(tmp_path):
     assert p.stderr.strip().splitlines() == [
         "clockalign: BCC: python module bcc not importable; run scripts/setup.sh (installs the OS "
         "package python3-bpfcc; never 'pip install bcc')"]
+
+
+def test_report_and_export_name_kernels_and_module_loads(fakecuda, tmp_path):
+    """Kernel names from cuModuleGetFunction reach the report and the trace; module loads
+    are listed with their durations and results."""
+    from clockalign.export import export_run
+    from clockalign.report import build_report
+    from clockalign.timeline import Timeline
+    out = tmp_path / "k.ca"
+    p = run_clockalign("record", "-o", str(out), *BASE, "--", str(fakecuda / "target"),
+                       env=env_for(fakecuda))
+    assert p.returncode == 0, p.stderr
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    rep = build_report(Timeline.open(str(out)), str(tmp_path / "rep"))
+    kernels = {(k["pid"], k["func"]): k for k in rep.numbers["kernels"]}
+    assert kernels[(info["pid"], 0x1000)]["kernel"] == "vector_add"
+    assert kernels[(info["pid"], 0x1000)]["launches"] == 12
+    assert kernels[(info["pid"], 0x2000)]["kernel"] == "gemm_tile"
+    assert kernels[(info["pid"], 0x2000)]["launches"] == 11
+    loads = rep.numbers["module_loads"]
+    want = [(sym, expected_call(cuda_api.BY_SYMBOL[sym], i)["ret"])
+            for sym in cuda_api.names("module") for i in range(SWEEP_CALLS[sym])]
+    assert sorted((r["function"], r["ret"]) for r in loads) == sorted(want)
+    assert all(r["dur_ns"] > 0 for r in loads)
+    assert {r["result"] for r in loads} == {"CUDA_SUCCESS", "CUDA_ERROR_INVALID_PTX"}
+    roles = {r["role"]: r for r in rep.numbers["cuda_roles"]}
+    for role in ("launch", "graph_launch", "copy", "memset", "alloc", "vmm", "module",
+                 "function", "event", "stream_wait", "context", "sync", "free"):
+        want_n = sum(n for s, n in EXPECTED_CALLS.items() if cuda_api.BY_SYMBOL[s].role == role)
+        assert roles[role]["calls"] == want_n, role
+    assert "== CUDA work ==" in rep.text and "vector_add" in rep.text
+
+    trace = tmp_path / "k.json"
+    export_run(Timeline.open(str(out)), str(trace), fmt="chrome-json")
+    evs = json.loads(trace.read_text())
+    evs = evs["traceEvents"] if isinstance(evs, dict) else evs
+    named = [e for e in evs if e.get("name") == "cuLaunchKernel" and e.get("ph") in ("X", "B")]
+    assert len(named) == 12 and all(e["args"]["func"] == "vector_add @0x1000"
+                                        for e in named if e["tid"] == info["tid_a"])
+    lookups = [e["args"]["name"] for e in evs if e.get("ph") in ("X", "B")
+               and str(e.get("name", "")).startswith("cuModuleGetFunction")]
+    assert lookups[:2] == ["vector_add", "gemm_tile"]

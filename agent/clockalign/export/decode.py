@@ -14,8 +14,15 @@ from ..timeline.codes import cuda_result_name, errno_name, signal_name, xid_name
 from ..timeline.events import decode_comm, decode_sockaddr, decode_xid
 
 # How each traced CUDA argument (schema.CUDA_FUNCTIONS names) is shown.
-POINTER_ARGS = frozenset({"func", "dptr", "stream", "dst", "src", "event"})
+POINTER_ARGS = frozenset({"func", "dptr", "stream", "dst", "src", "event", "graph_exec",
+                          "module", "library", "handle", "ctx", "dst_ctx", "pool", "image",
+                          "addr"})
 DIMS_ARGS = frozenset({"grid", "block"})
+
+
+def data_str(raw) -> str:
+    """The C string a record keeps in its 56-byte data (cuModuleGetFunction's kernel name)."""
+    return bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
 def cuda_function_name(fid: int) -> str:

@@ -25,6 +25,7 @@ import os
 
 import numpy as np
 
+from ..store import cuda_api
 from ..store.schema import CUDA_FUNCTIONS, Kind, task_state_name
 from . import decode
 
@@ -44,8 +45,10 @@ ANN_NAMES = sorted({a for _, args in CUDA_FUNCTIONS.values() for a in args if a}
     "code", "dev", "msg", "pid", "signal_result", "running_ns",
     "kind", "sources", "message", "gpu", "recovery_ns", "sightings", "step"})
 ANN = {a: i for i, a in enumerate(ANN_NAMES)}
+assert len(ANN_NAMES) < 64    # chrome_json packs a slot's name and type into 9 bits
 
 NO_END = np.iinfo(np.int64).min // 4
+_LOOKUP_IDS = np.asarray(cuda_api.ids("function"), dtype=np.int64)
 
 
 class Strings:
@@ -370,6 +373,9 @@ class TraceModel:
         self.strings = Strings()
         self.counts = {}              # kind -> events exported
         self._fn_sid = {}
+        # (pid, func handle) -> kernel name, from cuModuleGetFunction/cuLibraryGetKernel seen
+        # so far: a handle is looked up before it can be launched, so one pass suffices
+        self.kernel_names = {}
         self._chain = None
         self.flow_hits = []           # (fault index, step, Track, t_ns, terminating)
 
@@ -524,14 +530,26 @@ class TraceModel:
                 else:
                     name[rows] = self._fn_name_ids(fids, " (unfinished)")
                     slots.put(5, rows, "running_ns", V_UINT, sub["dur_ns"])
+                if k == Kind.CUDA:
+                    self._note_kernels(sub, fids)
                 for f in np.unique(fids).tolist():
                     sel = fids == f
                     r = rows[sel]
+                    fn = cuda_api.FUNCTIONS.get(f)
+                    keep_str = fn.string_slot if fn else None
+                    if keep_str is not None:
+                        texts, idx = decode.unique_strings(decode.data_rows(sub)[sel],
+                                                           decode.data_str)
                     for j, arg in enumerate(CUDA_FUNCTIONS.get(f, ("", ("",) * 5))[1]):
                         if not arg:
                             continue
                         vals = sub[f"a{j}"][sel]
-                        if arg in decode.DIMS_ARGS:
+                        if j == keep_str:
+                            slots.put(j, r, arg, V_STR, self.strings.ids_of(texts)[idx]
+                                      if texts else np.zeros(0, np.int64))
+                        elif arg == "func" and fn.role == "launch" and self.kernel_names:
+                            self._put_func(slots, j, r, sub["pid"][sel], vals)
+                        elif arg in decode.DIMS_ARGS:
                             slots.put(j, r, arg, V_STR, self._str_ids(vals, decode.dims_str))
                         elif arg in decode.POINTER_ARGS:
                             slots.put(j, r, arg, V_PTR, vals)
@@ -575,6 +593,25 @@ class TraceModel:
         flows = self._match_chains(start, tid, track, kind)
         return Batch(n=n, start=start, end=end, slice=is_slice, track=track, cat=cat,
                      name=name, slots=slots, kind=kind, tid=tid, flows=flows)
+
+    def _note_kernels(self, sub, fids):
+        """Kernel names of the batch's successful lookups, before its launches are named."""
+        m = np.isin(fids, _LOOKUP_IDS) & (sub["ret"] == 0)
+        if m.any():
+            raw = decode.data_rows(sub)[m]
+            for p, h, row in zip(sub["pid"][m].tolist(), sub["a0"][m].tolist(), raw):
+                self.kernel_names[(p, h)] = decode.data_str(row)
+
+    def _put_func(self, slots, j, rows, pids, funcs):
+        """A launch's func: the kernel's name where a lookup named that handle, else the
+        pointer."""
+        names = [self.kernel_names.get((p, h)) for p, h in zip(pids.tolist(), funcs.tolist())]
+        known = np.array([n is not None for n in names], dtype=bool)
+        slots.put(j, rows, "func", V_PTR, funcs, keep=~known)
+        if known.any():
+            sids = self.strings.ids_of([f"{n} @{h:#x}" for n, h in zip(names, funcs.tolist())
+                                        if n is not None])
+            slots.put(j, rows[known], "func", V_STR, sids)
 
     def _instants(self, k, rows, sub, name, cat, slots):
         raw = decode.data_rows(sub)

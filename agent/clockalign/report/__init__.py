@@ -22,7 +22,7 @@ from . import analysis, anomaly, figures
 from .collect import collect
 from .render import Table, fmt_count, fmt_ns, fmt_pct, fmt_t, fmt_z
 
-SECTIONS = ["Run", "Alignment", "CUDA calls", "Context-switch jitter", "connect()",
+SECTIONS = ["Run", "Alignment", "CUDA calls", "CUDA work", "Context-switch jitter", "connect()",
             "GPU counters", "Faults", "Anomalies before faults"]
 
 
@@ -134,6 +134,38 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
                 t.markdown() + extra + (f"\n![CUDA latency]({fig})\n" if fig else ""))
     else:
         section("CUDA calls", "  none recorded", "No CUDA calls were recorded.\n")
+
+    # ---- CUDA work: by role, kernels by name, module loads
+    roles = analysis.role_table(data.cuda)
+    kernels = analysis.kernel_table(data.cuda, data.kernels)
+    loads = analysis.module_loads(data.cuda)
+    nums["cuda_roles"], nums["kernels"], nums["module_loads"] = roles, kernels, loads
+    if roles:
+        t = Table(["role", "calls", "errors", "time", "p50", "p99", "bytes"])
+        for r in roles:
+            t.add([r["role"], fmt_count(r["calls"]), fmt_count(r["errors"]), fmt_ns(r["total_ns"]),
+                   fmt_ns(r["p50_ns"]), fmt_ns(r["p99_ns"]),
+                   "-" if r["bytes"] is None else fmt_count(r["bytes"])])
+        txt, mdx = [t.text()], [t.markdown()]
+        if kernels:
+            k = Table(["kernel", "func", "launches", "errors", "p50", "p99"])
+            for r in kernels:
+                k.add([r["kernel"] or "(not looked up while recording)", f"{r['func']:#x}",
+                       fmt_count(r["launches"]), fmt_count(r["errors"]), fmt_ns(r["p50_ns"]),
+                       fmt_ns(r["p99_ns"])])
+            txt.append(k.text())
+            mdx.append("Launches per kernel (names from cuModuleGetFunction / "
+                       "cuLibraryGetKernel):\n\n" + k.markdown())
+        if loads:
+            m = Table(["t", "function", "duration", "result"])
+            for r in loads[:20]:
+                m.add([fmt_t(r["t_ns"], t0), r["function"], fmt_ns(r["dur_ns"]), r["result"]])
+            more = f"\n  ... {len(loads) - 20} more" if len(loads) > 20 else ""
+            txt.append(m.text() + more)
+            mdx.append("Module and library loads:\n\n" + m.markdown() + more)
+        section("CUDA work", "\n\n".join(txt), "\n\n".join(mdx) + "\n")
+    else:
+        section("CUDA work", "  none recorded", "No CUDA calls were recorded.\n")
 
     # ---- jitter
     inside = analysis.offcpu_in_calls(data.cuda, data.sched)

@@ -214,3 +214,58 @@ def alignment(tl) -> list:
             row["band_t"], row["band_ns"] = model.map(grid_r)
         out.append(row)
     return out
+
+
+def role_table(cuda) -> list:
+    """Per role of the CUDA table (launch, graph_launch, copy, memset, alloc, module, ...):
+    calls, errors, time in the calls, p50/p99 and the bytes named by the calls."""
+    roles = np.array([cuda_api.role_of(f) or "other" for f in range(max(
+        int(cuda["fn"].max()) + 1 if len(cuda["fn"]) else 1, 1))], dtype=object)
+    fns = cuda["fn"].astype(np.int64)
+    rows = []
+    if not len(fns):
+        return rows
+    of = roles[fns]
+    nbytes = cuda["bytes"].astype(np.uint64) if "bytes" in cuda else np.zeros(len(fns), np.uint64)
+    for role in [r for r in cuda_api.ROLES if r in set(of.tolist())] + (
+            ["other"] if "other" in set(of.tolist()) else []):
+        m = of == role
+        d = cuda["dur"][m]
+        ok = m & (cuda["ret"] == 0)
+        rows.append({"role": role, "calls": int(m.sum()), "errors": int((cuda["ret"][m] != 0).sum()),
+                     "total_ns": int(d.sum()), "p50_ns": pct(d, 50), "p99_ns": pct(d, 99),
+                     "bytes": int(nbytes[ok].sum()) if role in ("copy", "memset", "alloc", "vmm")
+                     else None})
+    return rows
+
+
+def kernel_table(cuda, kernels: dict, k: int = 20) -> list:
+    """Launches per kernel (named where cuModuleGetFunction/cuLibraryGetKernel returned its
+    handle; the handle otherwise), busiest first."""
+    m = np.isin(cuda["fn"].astype(np.int64), LAUNCH_FNS)
+    if not m.any():
+        return []
+    pid, func, dur, ret = (cuda["pid"][m].astype(np.int64), cuda["a0"][m].astype(np.uint64),
+                           cuda["dur"][m], cuda["ret"][m])
+    keys = np.stack([pid.astype(np.uint64), func], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    rows = []
+    for i, (p, h) in enumerate(uniq.tolist()):
+        sel = inv == i
+        rows.append({"kernel": kernels.get((p, h)), "func": int(h), "pid": int(p),
+                     "launches": int(sel.sum()), "errors": int((ret[sel] != 0).sum()),
+                     "p50_ns": pct(dur[sel], 50), "p99_ns": pct(dur[sel], 99)})
+    rows.sort(key=lambda r: (-r["launches"], r["func"]))
+    return rows[:k]
+
+
+def module_loads(cuda) -> list:
+    """Each module/library load (cuModuleLoadData/Ex, cuLibraryLoadData) with its duration:
+    model-load latency, a precursor users watch."""
+    fns = cuda["fn"].astype(np.int64)
+    m = np.isin(fns, cuda_api.ids("module"))
+    return [{"t_ns": int(t), "tid": int(tid), "function": decode.cuda_function_name(int(f)),
+             "dur_ns": int(d), "ret": int(r), "result": decode.cuda_result_name(int(r))}
+            for t, tid, f, d, r in zip(cuda["t"][m], cuda["tid"][m], fns[m], cuda["dur"][m],
+                                       cuda["ret"][m])]

@@ -10,9 +10,24 @@ it analyses, not the run file.
 import numpy as np
 
 from ..export import decode
+from ..store import cuda_api
 from ..store.schema import Kind
 
-_CUDA = ("t", "dur", "tid", "fn", "ret")
+_CUDA = ("t", "dur", "tid", "fn", "ret", "pid", "a0", "bytes")
+# per function id: the slot holding the bytes moved, set or allocated (-1: none)
+_BYTES_SLOT = np.full(1 << 16, -1, dtype=np.int8)
+for _f in cuda_api.FUNCTIONS.values():
+    _BYTES_SLOT[_f.id] = -1 if _f.slot("bytes") is None else _f.slot("bytes")
+_LOOKUPS = np.asarray(cuda_api.ids("function"), dtype=np.uint16)
+
+
+def _bytes(e) -> np.ndarray:
+    slot = _BYTES_SLOT[e["code"]]
+    out = np.zeros(len(e), dtype=np.uint64)
+    for j in range(5):
+        m = slot == j
+        out[m] = e[f"a{j}"][m]
+    return out
 _SCHED = ("t", "dur", "tid", "pre", "wake", "state")
 _CONN = ("t", "dur", "tid", "ret", "peer")
 
@@ -26,6 +41,7 @@ class Collected:
         self.sched = {}
         self.connect = {}
         self.peers = []           # connect["peer"] indexes this list
+        self.kernels = {}         # (pid, func handle) -> kernel name (cuModuleGetFunction)
         self.counts = {}          # kind name -> events
         self.events = 0
 
@@ -45,7 +61,12 @@ def collect(tl, progress=None) -> Collected:
             if len(e):
                 parts[key].append({"t": e["t_ns"].copy(), "dur": e["dur_ns"].copy(),
                                    "tid": e["tid"].copy(), "fn": e["code"].copy(),
-                                   "ret": e["ret"].copy()})
+                                   "ret": e["ret"].copy(), "pid": e["pid"].copy(),
+                                   "a0": e["a0"].copy(), "bytes": _bytes(e)})
+            if kind == Kind.CUDA and len(e):
+                lk = e[np.isin(e["code"], _LOOKUPS) & (e["ret"] == 0)]
+                for p, h, raw in zip(lk["pid"].tolist(), lk["a0"].tolist(), lk["data"]):
+                    out.kernels[(p, h)] = decode.data_str(raw)
         e = ev[ev["kind"] == Kind.SCHED]
         if len(e):
             parts["sched"].append({"t": e["t_ns"].copy(), "dur": e["dur_ns"].copy(),

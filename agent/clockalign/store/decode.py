@@ -12,6 +12,7 @@ import struct
 
 import numpy as np
 
+from . import cuda_api
 from .schema import CUDA_FUNCTIONS, KIND_NAMES, Kind, task_state_name, unpack_dims
 
 
@@ -74,11 +75,14 @@ def event_dicts(ev: np.ndarray, t_field="ts"):
                 d["ret"] = None
                 d["unfinished"] = True
                 d["running_ns"] = int(e["dur"])
+            fn = cuda_api.FUNCTIONS.get(fid)
             for j, a in enumerate(argnames):
                 if not a:
                     continue
                 v = int(e[f"a{j}"])
-                if a in ("grid", "block"):
+                if fn is not None and j == fn.string_slot:
+                    d[a] = cstring(data[i])        # the string itself, kept in data
+                elif a in ("grid", "block"):
                     x, y, z = unpack_dims(v)
                     d[a] = [int(x), int(y), int(z)]
                 else:

@@ -9,7 +9,7 @@
  * 5 cuMemAlloc_v2 of which 2 return OUT_OF_MEMORY, 3 cuMemFree_v2, 2 HtoD, 2 DtoH,
  * 1 cuMemcpyAsync, 2 cuStreamSynchronize, 1 cuCtxSynchronize, 1 cuEventSynchronize;
  * --burst N adds N cuLaunchKernel on the main thread (func 0x3000).
- * Then the sweep: every other traced function (store/cuda_api.py) N_<symbol> times on the
+ * The sweep: first the kernel lookups, then, after the main part, every other traced function (store/cuda_api.py) N_<symbol> times on the
  * main thread (counts: cuda_ids.h, from standin.SWEEP_CALLS), call i passing the
  * arguments standin.expected_call() predicts: V(sym, n) = id << 20 | n << 12 | i for
  * parameter n, with chosen failures (allocations of 2 TiB on every third call, a "bad"
@@ -171,6 +171,11 @@ typedef struct {
     CALL(s, (void **, void *, const char *), &f, P(s, 2), name); }
 #define SW_WAIT(s) LOOP(s) CALL(s, (void *, void *, unsigned), P(s, 1), P(s, 2), U(s, 3))
 
+/* first of all, as a real program must: the handles the threads launch (0x1000, 0x2000) */
+static void sweep_lookups(void) {
+    SW_LOOKUP(cuModuleGetFunction); SW_LOOKUP(cuLibraryGetKernel);
+}
+
 static void sweep(void) {
     SW_LAUNCH(cuLaunchKernel_ptsz);
     SW_LAUNCH_EX(cuLaunchKernelEx_ptsz);
@@ -223,7 +228,6 @@ static void sweep(void) {
     LOOP(cuLibraryLoadData) { void *l; CALL(cuLibraryLoadData,
         (void **, const void *, int *, void **, unsigned, int *, void **, unsigned), &l, IMAGE,
         NULL, NULL, U(cuLibraryLoadData, 5), NULL, NULL, U(cuLibraryLoadData, 8)); }
-    SW_LOOKUP(cuModuleGetFunction); SW_LOOKUP(cuLibraryGetKernel);
     LOOP(cuCtxCreate_v2) { void *c; CALL(cuCtxCreate_v2, (void **, unsigned, int), &c,
         U(cuCtxCreate_v2, 2), (int)V(cuCtxCreate_v2, 3)); }
     LOOP(cuCtxCreate_v3) { void *c; CALL(cuCtxCreate_v3, (void **, void *, int, unsigned, int),
@@ -267,6 +271,7 @@ int main(int argc, char **argv) {
     }
     if (use_dlopen) load();
 
+    sweep_lookups();
     pthread_t a, b;
     pthread_create(&a, NULL, thread_a, NULL);
     pthread_create(&b, NULL, thread_b, NULL);
