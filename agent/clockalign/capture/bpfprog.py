@@ -16,10 +16,10 @@ from ..errors import ClockalignError
 from ..store import cuda_api
 from ..store.schema import EVENT_DTYPE, Kind
 from . import cuda_stubs
-from .ringbuf import RingReader
+from .perfbuf import PerfBuffers, online_cpus, per_cpu_size
 from .tracefs import tracepoint_exists, tracepoint_field_is_dataloc
 
-PAGE = 4096
+CA_NEST = 2       # bpf/clockalign.h: probed calls one thread can be inside at once
 
 
 @dataclasses.dataclass
@@ -29,8 +29,9 @@ class ProbeOptions:
     sched: bool = True
     xid: bool = True
     follow_children: bool = False
-    ring_mb: float = 16
+    ring_mb: float = None         # event buffers, all CPUs together (None: 4 MiB a CPU)
     max_threads: int = 65536
+    call_slots: int = 65536       # CUDA calls in flight: one slot per tid modulo this
 
 
 def import_bcc():
@@ -47,15 +48,27 @@ def bpf_source_dir():
     return resources.files("clockalign") / "bpf"
 
 
-def ring_pages(opts: ProbeOptions) -> int:
-    """--ring-mb as pages, rounded down to the power of two the kernel wants."""
-    pages = max(1, int(opts.ring_mb * (1 << 20)) // PAGE)
-    return 1 << (pages.bit_length() - 1)
+def buffer_bytes(opts: ProbeOptions) -> int:
+    """Each CPU's perf buffer (a power of two pages).  Default: 4 MiB a CPU (about 29k
+    records, 50 ms of 580k events/s on that one CPU), at most 256 MiB in all; --ring-mb
+    gives the total instead, spread over the online CPUs."""
+    ncpu = len(online_cpus())
+    if opts.ring_mb is None:
+        return per_cpu_size(min(4 << 20, (256 << 20) // ncpu) * ncpu, ncpu)
+    return per_cpu_size(int(opts.ring_mb * (1 << 20)), ncpu)
+
+
+# drops[] indices that are not record kinds (bpf/clockalign.h CA_DROP_*)
+DROP_NAMES = {0: "state_map_full", 13: "cuda_unpaired", 14: "cuda_nested",
+              15: "cuda_slot_busy"}
 
 
 def build_cflags(opts: ProbeOptions):
     """The -D flags for bpf/probes.c, and notes on what was switched off and why."""
-    flags = [f"-DCA_RING_PAGES={ring_pages(opts)}", f"-DCA_MAX_THREADS={opts.max_threads}"]
+    slots = opts.call_slots
+    if slots & (slots - 1):
+        raise ValueError("call_slots must be a power of two")
+    flags = [f"-DCA_MAX_THREADS={opts.max_threads}", f"-DCA_CALL_SLOTS={slots}"]
     notes = []
     if opts.cuda_lib:
         flags.append("-DCA_CUDA")
@@ -118,8 +131,12 @@ class Probes:
         self.set_targets(tgids)
         if opts.cuda_lib:
             self._attach_cuda(opts.cuda_lib)
-        table = self._bpf["events"]
-        self.ring = RingReader(table.map_fd, ring_pages(opts) * PAGE, EVENT_DTYPE)
+        try:
+            self.ring = PerfBuffers(self._bpf["events"], buffer_bytes(opts), EVENT_DTYPE)
+        except OSError as e:
+            self.close()
+            raise ClockalignError(f"could not open the per-CPU event buffers ({e}); "
+                                  "lower --ring-mb") from None
 
     def set_targets(self, tgids):
         import ctypes
@@ -154,33 +171,45 @@ class Probes:
                                   "traces; is it really libcuda?")
 
     def drops(self) -> dict:
-        """Ring-buffer reserve failures per kind name (summed over CPUs), plus map-full."""
+        """Records that could not be sent, per kind name (summed over CPUs), plus the
+        state-map and CUDA-pairing failures (DROP_NAMES), plus records the kernel itself
+        reported lost from a full buffer (perf_lost: a cross-check, not added twice)."""
         out = {}
         table = self._bpf["drops"]
         for idx in range(16):
             vals = table[table.Key(idx)]
             n = int(sum(v for v in vals))
             if n:
-                name = "state_map_full" if idx == 0 else Kind(idx).name.lower()
-                out[name] = n
+                out[DROP_NAMES.get(idx) or Kind(idx).name.lower()] = n
         return out
 
     def unfinished_cuda(self, now_ns: int):
-        """CUDA calls entered but not returned (still in flight at stop), as events."""
+        """CUDA calls entered but not returned (still in flight at stop), as events: the
+        call-slot array, mapped and read with numpy in one go."""
+        import mmap
         import numpy as np
         if not self.opts.cuda_lib:
             return np.empty(0, dtype=EVENT_DTYPE)
-        items = list(self._bpf["inflight"].items())
-        out = np.zeros(len(items), dtype=EVENT_DTYPE)
-        for i, (k, v) in enumerate(items):
-            out[i]["ts"] = v.ts
-            out[i]["dur"] = max(0, now_ns - v.ts)
-            out[i]["tid"] = k.tid
-            out[i]["pid"] = _tgid_of(k.tid)
+        slots = self.opts.call_slots
+        call = np.dtype([("ts", "<u8"), ("fn", "<u4"), ("pad", "<u4"), ("a", "<u8", 5)])
+        slot = np.dtype([("tid", "<u4"), ("depth", "<u4"), ("c", call, CA_NEST)])
+        size = -(-slots * slot.itemsize // mmap.PAGESIZE) * mmap.PAGESIZE
+        with mmap.mmap(self._bpf["inflight"].map_fd, size, mmap.MAP_SHARED,
+                       mmap.PROT_READ) as mm:
+            arr = np.frombuffer(mm, dtype=slot, count=slots).copy()
+        busy = arr[arr["depth"] > 0]
+        rows = [(int(s["tid"]), s["c"][i]) for s in busy for i in range(min(int(s["depth"]),
+                                                                                CA_NEST))]
+        out = np.zeros(len(rows), dtype=EVENT_DTYPE)
+        for i, (tid, c) in enumerate(rows):
+            out[i]["ts"] = c["ts"]
+            out[i]["dur"] = max(0, now_ns - int(c["ts"]))
+            out[i]["tid"] = tid
+            out[i]["pid"] = _tgid_of(tid)
             out[i]["kind"] = Kind.CUDA_UNFINISHED
-            out[i]["code"] = k.fn
+            out[i]["code"] = c["fn"]
             for j in range(5):
-                out[i][f"a{j}"] = v.a[j]
+                out[i][f"a{j}"] = c["a"][j]
         return out
 
     def close(self):

@@ -3,7 +3,7 @@
     rec = Recorder(RecordOptions(pids=[1234], duration=10, output="run.ca"))
     summary = rec.run()      # blocks until --duration, Ctrl-C/SIGTERM or the targets' exit
 
-The event path stays bulk: the ring buffer is read as numpy batches (ringbuf.py) and each
+The event path stays bulk: the per-CPU perf buffers are read as numpy batches (perfbuf.py) and each
 batch becomes one columnar chunk; the clock probe and the counter sampler run in their own
 threads and write their own chunks.
 """
@@ -38,7 +38,7 @@ class RecordOptions:
     libcuda: str = None
     cuda: bool = True
     follow_children: bool = None      # default: on in spawn mode, off for --pid
-    ring_mb: float = 16
+    ring_mb: float = None             # None: 4 MiB of event buffer a CPU
     counters: str = "auto"
     counter_interval: float = 0.1
     gpu_clock: bool = True
@@ -327,17 +327,15 @@ class Recorder:
         drops = probes.drops()
         peak = probes.ring.peak_fill if probes.ring else 0.0
         if drops:
-            why = ("the ring buffer filled up: raise --ring-mb" if peak > 0.5 else
-                   f"the ring was at most {peak:.0%} full when read, so not a full ring: "
-                   "bpf_ringbuf_reserve also fails when its lock is contended")
             self.notice("events lost: " + ", ".join(f"{k}={v}" for k, v in drops.items()) +
-                        f" ({why})", "warning")
+                        f" ({_drop_reason(drops, peak)})", "warning")
         exit_info = self.child.describe_exit() if self.child else None
         if self.child and self.child.poll() is None:
             self.notice(f"command (pid {self.child.pid}) still running when recording stopped")
         trailer = {"reason": self.stop_reason or "stopped", "counts": self.counts,
                    "drops": drops, "ring_records": probes.ring.records if probes.ring else None,
                    "ring_peak_fill": round(peak, 4),
+                   "perf_lost": probes.ring.lost if probes.ring else None,
                    "helpers": stats, "child_exit": exit_info,
                    "unfinished_cuda": int(len(unfinished)), "clocks_end": clock_snapshot()}
         try:
@@ -383,3 +381,22 @@ def _check_command(argv, env) -> None:
     if head != b"\x7fELF" and not head.startswith(b"#!"):
         raise ClockalignError(f"cannot run {argv[0]}: it is neither a program nor a script "
                               "starting with #! (exec would fail: exec format error)")
+
+
+def _drop_reason(drops: dict, peak: float) -> str:
+    """One clause on why records were lost, from which counters moved."""
+    why = []
+    if any(k not in ("state_map_full", "cuda_unpaired", "cuda_nested", "cuda_slot_busy")
+           for k in drops):
+        why.append(f"a CPU's event buffer filled up (at most {peak:.0%} full when read): "
+                   "raise --ring-mb, or the recorder could not keep up")
+    if "state_map_full" in drops:
+        why.append("a state map was full (more live target threads than it holds)")
+    if "cuda_slot_busy" in drops:
+        why.append("two target threads in CUDA calls at once had tids equal modulo the "
+                   "call slots")
+    if "cuda_nested" in drops:
+        why.append("a thread was inside more nested probed CUDA calls than are tracked")
+    if "cuda_unpaired" in drops:
+        why.append("a CUDA call's return found another call on top (a return was missed)")
+    return "; ".join(why)

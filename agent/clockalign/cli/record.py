@@ -40,9 +40,9 @@ Examples:
               help="Seconds between GPU clock bursts.")
 @click.option("--gpu-clock-pings", type=int, default=64, show_default=True,
               help="Pings per GPU clock burst.")
-@click.option("--ring-mb", type=click.FloatRange(0, MAX_RING_MB, min_open=True), default=16,
-              show_default=True,
-              help="Ring buffer size in MiB (rounded down to a power-of-two number of pages).")
+@click.option("--ring-mb", type=click.FloatRange(0, MAX_RING_MB, min_open=True), default=None,
+              help="Event buffer MiB, all CPUs together (one perf buffer per CPU, a power of "
+                   "two pages each; default 4 MiB a CPU, at most 256 MiB).")
 @click.option("--quiet", is_flag=True, help="No live status line.")
 @click.option("--dump-bpf", is_flag=True, help="Print the BPF program and cflags, then exit.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -75,6 +75,8 @@ def command(pids, output, force, duration, libcuda, no_cuda, follow_children, co
 
 def _check_ring_memory(ring_mb: float) -> None:
     """A ring the host cannot hold fails in the kernel with a misleading message: refuse it."""
+    if ring_mb is None:
+        return
     try:
         with open("/proc/meminfo") as f:
             avail_kb = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))

@@ -1,0 +1,591 @@
+#!/usr/bin/env python3
+"""Where the probe cost goes: clockalign's CUDA probe path taken apart, measured side by side.
+
+Three parts, each interleaved (every round runs every configuration, the order rotated by
+one each round), medians and spread over the rounds:
+
+  micro  one thread calls the stand-in libcuda's cuLaunchKernel flat out (scripts/bench/
+         storm.c) under: no probes; empty entry / entry+return programs; the CUDA path
+         rebuilt one piece at a time (scripts/bench/probe_stages.c: filter, clock reads,
+         pairing state — hash map, per-thread array, task storage —, arguments, one ring
+         record); the real bpf/probes.c (CUDA only, then with sched/connect/thread
+         tracepoints); `clockalign record` (minimal, then everything on).  A second pass
+         with kernel.bpf_stats_enabled reads each BPF program's own run time from fdinfo.
+  model  a warm ResNet-18 fp16 batch-1 loop (scripts/bench/resnet_loop.py, GPU only) while
+         configurations are attached and detached on it in turn: plain, empty
+         entry+return programs on every symbol clockalign probes, `clockalign record`
+         minimal and full.  Driver calls per iteration are counted from the recording.
+  storm  N threads flat out or paced, recorded by `clockalign record --pid`: the storm's
+         own call count against the events recorded plus drops, recorder CPU, bytes/event.
+
+    sudo .venv/bin/python scripts/bench_probe_cost.py --parts micro,storm --quick --out /tmp/pc
+    sudo python3 scripts/bench_probe_cost.py --out results/overhead/h200      # GPU host
+
+Writes OUT/overhead.json (every raw measurement) and OUT/overhead.md.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "agent"))
+
+from clockalign.capture.bpfprog import Probes, ProbeOptions, import_bcc  # noqa: E402
+from clockalign.capture.perfbuf import PerfBuffers  # noqa: E402
+sys.path.insert(0, str(HERE / "bench"))
+from ringbuf import RingReader  # noqa: E402  (the BPF ring buffer, for comparison)
+from clockalign.store.schema import CUDA_FUNCTIONS  # noqa: E402
+
+STAGES = [  # (name, cflags, what it adds)
+    ("entry_empty", ["-DSTAGE=0"], "empty program on entry only"),
+    ("pair_empty", ["-DSTAGE=1"], "empty programs on entry and return"),
+    ("filter", ["-DSTAGE=2"], "+ target tgid check (hash lookup) in both"),
+    ("clock", ["-DSTAGE=3"], "+ bpf_ktime_get_ns in both"),
+    ("pair_hash", ["-DSTAGE=4", "-DPAIR=1"], "+ entry state in a hash map (today)"),
+    ("args_hash", ["-DSTAGE=5", "-DPAIR=1"], "+ arguments (3 stack reads)"),
+    ("record_hash", ["-DSTAGE=6", "-DPAIR=1"], "+ 128-byte ring record (today's path)"),
+    ("args_array", ["-DSTAGE=5", "-DPAIR=2"], "arguments, state in a per-thread array slot"),
+    ("record_array", ["-DSTAGE=6", "-DPAIR=2"], "record, state in a per-thread array slot"),
+    ("args_task", ["-DSTAGE=5", "-DPAIR=3"], "arguments, state in task-local storage"),
+    ("record_task", ["-DSTAGE=6", "-DPAIR=3"], "record, state in task-local storage"),
+    ("record72_task", ["-DSTAGE=6", "-DPAIR=3", "-DRECORD=72"], "72-byte record (no data field), task storage"),
+    ("record_retry", ["-DSTAGE=6", "-DPAIR=2", "-DRETRY"], "array slot, ring reserve retried on failure"),
+    ("record_perf", ["-DSTAGE=6", "-DPAIR=2", "-DPERF"], "array slot, record to a per-CPU perf buffer"),
+]
+
+
+def now_ns():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def clockalign_cmd(*args):
+    return [sys.executable, "-m", "clockalign.cli.main", *args]
+
+
+def child_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(HERE.parent / "agent") + (":" + env["PYTHONPATH"]
+                                                       if env.get("PYTHONPATH") else "")
+    return env
+
+
+def summarize(vals):
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return None
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals),
+            "n": len(vals), "all": vals}
+
+
+# ---------------------------------------------------------------- building blocks
+def build_tools(work: Path):
+    from clockalign.faults.standin import build
+    libdir, _ = build(str(work / "standin"))
+    storm = work / "storm"
+    subprocess.run(["gcc", "-O2", "-o", str(storm), str(HERE / "bench" / "storm.c"), "-ldl",
+                    "-lpthread"], check=True)
+    return str(Path(libdir) / "libcuda.so.1"), str(storm)
+
+
+class Storm:
+    """One storm process, held before its first call until go()."""
+
+    def __init__(self, storm, lib, threads=1, calls=None, seconds=None, rate=None):
+        cmd = [storm, "--lib", lib, "--threads", str(threads), "--wait"]
+        cmd += ["--calls", str(calls)] if calls else ["--seconds", str(seconds)]
+        if rate:
+            cmd += ["--rate", str(rate)]
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline().split()
+        if not line or line[0] != "ready":
+            raise SystemExit(f"storm did not start: {line}")
+        self.pid = int(line[1])
+
+    def go(self) -> dict:
+        self.p.stdin.write("go\n")
+        self.p.stdin.flush()
+        out = self.p.stdout.readline()
+        self.p.wait()
+        return json.loads(out)
+
+
+class Drain(threading.Thread):
+    """Empties ring buffers every 20 ms, as a recorder would (so reserves do not fail)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.rings = []
+        self.records = 0
+        self._stop = threading.Event()
+
+    def run(self):
+        while not self._stop.wait(0.02):
+            for r in list(self.rings):
+                self.records += len(r.read())
+
+    def stop(self):
+        self._stop.set()
+
+
+def prog_stats(funcs: dict) -> dict:
+    """{program: (run_cnt, run_time_ns)} from /proc/self/fdinfo (needs bpf_stats_enabled)."""
+    out = {}
+    for name, fn in funcs.items():
+        info = {}
+        try:
+            for line in open(f"/proc/self/fdinfo/{fn.fd}"):
+                k, _, v = line.partition(":")
+                info[k.strip()] = v.strip()
+        except OSError:
+            continue
+        out[name.decode() if isinstance(name, bytes) else name] = (int(info.get("run_cnt", 0)), int(info.get("run_time_ns", 0)),
+                     info.get("prog_jited"))
+    return out
+
+
+class bpf_stats:
+    """kernel.bpf_stats_enabled=1 for the duration of a with-block (restored after)."""
+    PATH = "/proc/sys/kernel/bpf_stats_enabled"
+
+    def __enter__(self):
+        self.old = open(self.PATH).read().strip()
+        open(self.PATH, "w").write("1")
+
+    def __exit__(self, *exc):
+        open(self.PATH, "w").write(self.old)
+
+
+class Recording:
+    """`clockalign record --pid PID` in a subprocess; started() returns once armed."""
+
+    def __init__(self, pid, out, lib=None, full=True, extra=()):
+        args = ["record", "--pid", str(pid), "-o", str(out), "--quiet"]
+        if lib:
+            args += ["--libcuda", lib]
+        if not full:
+            args += ["--counters", "none", "--no-gpu-clock"]
+        self.out = Path(out)
+        if self.out.exists():
+            self.out.unlink()
+        self.p = subprocess.Popen(clockalign_cmd(*args, *extra), env=child_env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait_armed(self, timeout=120):
+        t_end = time.monotonic() + timeout
+        while not self.out.exists():
+            if self.p.poll() is not None or time.monotonic() > t_end:
+                raise SystemExit("clockalign record did not start: " + self.p.stderr.read()[-2000:])
+            time.sleep(0.05)
+        time.sleep(0.3)   # helpers (counters, clock probe) start after the file appears
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGINT)
+        _, status, ru = os.wait4(self.p.pid, 0)
+        self.p.returncode = os.waitstatus_to_exitcode(status)
+        err = self.p.stderr.read()
+        from clockalign.store.reader import RunReader
+        r = RunReader(self.out)
+        tr = r.trailer or {}
+        return {"returncode": self.p.returncode, "cpu_user_s": ru.ru_utime,
+                "cpu_sys_s": ru.ru_stime, "max_rss_mb": ru.ru_maxrss / 1024,
+                "size": self.out.stat().st_size, "counts": tr.get("counts"),
+                "drops": tr.get("drops"), "ring_peak_fill": tr.get("ring_peak_fill"),
+                "notices": [ln for ln in err.splitlines() if "lost" in ln or "error" in ln]}
+
+
+# ---------------------------------------------------------------- part: micro
+def part_micro(lib, storm, rounds, calls, only=None):
+    BPF = import_bcc().BPF
+    src = (HERE / "bench" / "probe_stages.c").read_text()
+    objs = {}
+    for name, flags, _ in STAGES:
+        objs[name] = BPF(text=src, cflags=flags)
+    drain = Drain()
+    drain.start()
+    for name, b in objs.items():
+        drain.rings.append(RingReader(b["events"].map_fd, 4096 * 4096,
+                                      f"V{72 if '72' in name else 128}"))
+    drain.rings.append(PerfBuffers(objs["record_perf"]["pevents"], 4 << 20, "V128"))
+
+    def attach_stage(name, pid):
+        import ctypes
+        b = objs[name]
+        b["targets"][ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+        b.attach_uprobe(name=lib, sym="cuLaunchKernel", fn_name="enter")
+        if name != "entry_empty":
+            b.attach_uretprobe(name=lib, sym="cuLaunchKernel", fn_name="ret")
+
+        def detach():
+            b.detach_uprobe(name=lib, sym="cuLaunchKernel")
+            if name != "entry_empty":
+                b.detach_uretprobe(name=lib, sym="cuLaunchKernel")
+            b["targets"].clear()
+        return detach
+
+    def attach_probes(sched, pid):
+        p = Probes(ProbeOptions(cuda_lib=lib, connect=sched, sched=sched, xid=sched), [pid])
+        drain.rings.append(p.ring)
+
+        def detach():
+            drain.rings.remove(p.ring)
+            time.sleep(0.05)
+            p.close()
+        return detach
+
+    configs = ["plain"] + [s[0] for s in STAGES] + ["probes_cuda", "probes_all",
+                                                     "clockalign_min", "clockalign_full"]
+    if only:
+        configs = [c for c in configs if c in only or c == "plain"]
+    tmp = Path(tempfile.mkdtemp(prefix="pc-micro-"))
+    results = {c: [] for c in configs}
+    lost = {c: [] for c in configs}
+    for rnd in range(rounds):
+        order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
+        for cfg in order:
+            st = Storm(storm, lib, calls=calls)
+            rec = detach = None
+            if cfg in objs:
+                detach = attach_stage(cfg, st.pid)
+            elif cfg.startswith("probes_"):
+                detach = attach_probes(cfg == "probes_all", st.pid)
+            elif cfg.startswith("clockalign_"):
+                rec = Recording(st.pid, tmp / f"{cfg}.ca", lib=lib, full=cfg.endswith("full"))
+                rec.wait_armed()
+            lost0 = _lost(objs.get(cfg))
+            res = st.go()
+            time.sleep(0.05)
+            if detach:
+                detach()
+            if rec:
+                res["recording"] = rec.stop()
+                lost[cfg].append(sum((res["recording"]["drops"] or {}).values()))
+            elif cfg in objs:
+                lost[cfg].append(_lost(objs[cfg]) - lost0)
+            results[cfg].append(res["ns_per_call"])
+            print(f"micro round {rnd} {cfg:16s} {res['ns_per_call']:9.1f} ns/call", flush=True)
+
+    # BPF run time per program, from the kernel's own statistics
+    stats = {}
+    with bpf_stats():
+        for cfg in [c for c in configs if c in objs or c.startswith("probes_")]:
+            st = Storm(storm, lib, calls=calls)
+            if cfg in objs:
+                before = prog_stats(objs[cfg].funcs)
+                detach = attach_stage(cfg, st.pid)
+                funcs = objs[cfg].funcs
+            else:
+                p = Probes(ProbeOptions(cuda_lib=lib, connect=cfg == "probes_all",
+                                        sched=cfg == "probes_all", xid=False), [st.pid])
+                drain.rings.append(p.ring)
+                before = {}
+                funcs = p._bpf.funcs
+            res = st.go()
+            after = prog_stats(funcs)
+            if cfg in objs:
+                detach()
+            else:
+                drain.rings.remove(p.ring)
+                time.sleep(0.05)
+                p.close()
+            per = {}
+            for k, (cnt, t, jit) in after.items():
+                c0, t0, _ = before.get(k, (0, 0, None))
+                if cnt - c0 > 0:
+                    per[k] = {"runs": cnt - c0, "ns_per_run": (t - t0) / (cnt - c0),
+                              "jited": jit}
+            stats[cfg] = {"storm_ns_per_call": res["ns_per_call"], "programs": per}
+            print(f"bpf stats {cfg:16s} " + ", ".join(
+                f"{k} {v['ns_per_run']:.0f} ns x{v['runs']}" for k, v in per.items()
+                if v["runs"] >= calls // 2 or "sched" in k), flush=True)
+    drain.stop()
+    for b in objs.values():
+        b.cleanup()
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {"calls_per_run": calls, "rounds": rounds,
+            "stages": {n: d for n, _, d in STAGES},
+            "ns_per_call": {c: summarize(v) for c, v in results.items()},
+            "lost_per_run": lost,
+            "bpf_stats": stats}
+
+
+def _lost(b):
+    import ctypes
+    return int(b["lost"][ctypes.c_int(0)].value) if b is not None else 0
+
+
+# ---------------------------------------------------------------- part: model
+def real_libcuda():
+    from clockalign.capture.libcuda import resolve_like_loader
+    path, _ = resolve_like_loader(dict(os.environ))
+    return path
+
+
+def part_model(rounds, window_s, settle_s):
+    lib = real_libcuda()
+    if not lib:
+        return {"skipped": "no libcuda on this machine"}
+    BPF = import_bcc().BPF
+    empty = BPF(text="int e(void *ctx) { return 0; }")
+    symbols = [sym for _, (sym, _) in sorted(CUDA_FUNCTIONS.items())]
+    configs = ["plain", "pair_empty", "clockalign_min", "clockalign_full"]
+    per_round = 4 * (window_s + settle_s + 6)
+    total = rounds * per_round + 60
+    tmp = Path(tempfile.mkdtemp(prefix="pc-model-"))
+    log = tmp / "resnet.log"
+    wl = subprocess.Popen([sys.executable, str(HERE / "bench" / "resnet_loop.py"), "--seconds",
+                           str(total), "--log", str(log)], stdout=subprocess.PIPE, text=True)
+    ready = json.loads(wl.stdout.readline() or "{}")
+    if not ready.get("ready"):
+        wl.kill()
+        return {"skipped": "the ResNet-18 workload did not start (torchvision/CUDA?)"}
+    windows = []
+    for rnd in range(rounds):
+        order = configs[rnd % 4:] + configs[:rnd % 4]
+        for cfg in order:
+            rec, attached = None, []
+            if cfg == "pair_empty":
+                for s in symbols:
+                    try:
+                        empty.attach_uprobe(name=lib, sym=s, fn_name="e")
+                        empty.attach_uretprobe(name=lib, sym=s, fn_name="e")
+                        attached.append(s)
+                    except Exception:
+                        pass
+            elif cfg.startswith("clockalign_"):
+                rec = Recording(wl.pid, tmp / f"{cfg}-{rnd}.ca", full=cfg.endswith("full"))
+                rec.wait_armed()
+            time.sleep(settle_s)
+            t0 = now_ns()
+            time.sleep(window_s)
+            t1 = now_ns()
+            for s in attached:
+                empty.detach_uprobe(name=lib, sym=s)
+                empty.detach_uretprobe(name=lib, sym=s)
+            w = {"config": cfg, "round": rnd, "t0": t0, "t1": t1, "symbols": len(attached)}
+            if rec:
+                w["recording"] = rec.stop()
+                w["cuda_events_in_window"] = cuda_events_between(rec.out, t0, t1)
+            windows.append(w)
+            time.sleep(0.5)
+    wl.send_signal(signal.SIGTERM)
+    wl.wait(timeout=60)
+    samples = [tuple(map(int, ln.split())) for ln in log.read_text().splitlines()]
+    for w in windows:
+        w["it_per_s"] = rate(samples, w["t0"], w["t1"])
+        if w.get("cuda_events_in_window") and w["it_per_s"]:
+            w["calls_per_iteration"] = w["cuda_events_in_window"] / (
+                w["it_per_s"] * (w["t1"] - w["t0"]) / 1e9)
+    empty.cleanup()
+    shutil.rmtree(tmp, ignore_errors=True)
+    by = {c: summarize([w["it_per_s"] for w in windows if w["config"] == c]) for c in configs}
+    cpi = [w["calls_per_iteration"] for w in windows if w.get("calls_per_iteration")]
+    ratio = {}
+    for c in configs[1:]:
+        # per round, against the same round's plain window: drift cancels
+        rs = []
+        for rnd in range(rounds):
+            a = [w["it_per_s"] for w in windows if w["round"] == rnd and w["config"] == c]
+            p = [w["it_per_s"] for w in windows if w["round"] == rnd and w["config"] == "plain"]
+            if a and p and a[0] and p[0]:
+                rs.append(a[0] / p[0])
+        ratio[c] = summarize(rs)
+    return {"workload": ready, "libcuda": lib, "window_s": window_s, "settle_s": settle_s,
+            "rounds": rounds, "windows": windows, "it_per_s": by, "ratio_to_plain": ratio,
+            "calls_per_iteration": statistics.median(cpi) if cpi else None}
+
+
+def rate(samples, t0, t1):
+    inside = [(t, n) for t, n in samples if t0 <= t <= t1]
+    if len(inside) < 2:
+        return None
+    (ta, na), (tb, nb) = inside[0], inside[-1]
+    return (nb - na) / ((tb - ta) / 1e9)
+
+
+def cuda_events_between(path, t0, t1):
+    from clockalign.store.reader import RunReader
+    from clockalign.store.schema import Kind
+    n = 0
+    for ev in RunReader(path).iter_events():
+        sel = ev[(ev["kind"] == Kind.CUDA)]
+        n += int(((sel["ts"] >= t0) & (sel["ts"] <= t1)).sum())
+    return n
+
+
+# ---------------------------------------------------------------- part: storm
+def part_storm(lib, storm, threads_list, seconds, paced):
+    tmp = Path(tempfile.mkdtemp(prefix="pc-storm-"))
+    rows = []
+    runs = [(t, None) for t in threads_list] + list(paced)
+    for threads, rate_per_thread in runs:
+        st = Storm(storm, lib, threads=threads, seconds=seconds, rate=rate_per_thread)
+        rec = Recording(st.pid, tmp / "storm.ca", lib=lib, full=True)
+        rec.wait_armed()
+        res = st.go()
+        time.sleep(0.3)
+        r = rec.stop()
+        recorded = (r["counts"] or {}).get("cuda", 0)
+        drops = sum((r["drops"] or {}).values())
+        row = {"threads": threads, "paced_per_thread": rate_per_thread, "seconds": seconds,
+               "generator_calls": res["total"], "rate_per_s": res["total"] / res["wall_s"],
+               "recorded": recorded, "drops": drops, "drops_by_kind": r["drops"],
+               "missing_unaccounted": res["total"] - recorded - (r["drops"] or {}).get("cuda", 0),
+               "ring_peak_fill": r["ring_peak_fill"],
+               "recorder_cpu_s": r["cpu_user_s"] + r["cpu_sys_s"],
+               "recorder_cores": (r["cpu_user_s"] + r["cpu_sys_s"]) / res["wall_s"],
+               "recorder_rss_mb": r["max_rss_mb"], "file_bytes": r["size"],
+               "bytes_per_event": r["size"] / max(1, recorded), "notices": r["notices"]}
+        rows.append(row)
+        print(f"storm {threads:2d} threads{' paced ' + str(rate_per_thread) if rate_per_thread else ''}: "
+              f"{row['rate_per_s'] / 1e6:.3f} M calls/s, recorded {recorded}, drops {drops}, "
+              f"unaccounted {row['missing_unaccounted']}, recorder {row['recorder_cores']:.2f} cores, "
+              f"{row['bytes_per_event']:.1f} B/event", flush=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {"runs": rows}
+
+
+# ---------------------------------------------------------------- report
+def machine():
+    info = {"hostname": socket.gethostname(), "platform": platform.platform(),
+            "kernel": os.uname().release, "cpus": os.cpu_count(), "python": platform.python_version()}
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        info["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                                      "--format=csv,noheader"], capture_output=True, text=True,
+                                     timeout=20).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        info["gpu"] = None
+    try:
+        info["clocksource"] = open("/sys/devices/system/clocksource/clocksource0/"
+                                   "current_clocksource").read().strip()
+        info["bpf_jit_enable"] = open("/proc/sys/net/core/bpf_jit_enable").read().strip()
+    except OSError:
+        pass
+    return info
+
+
+def render(res) -> str:
+    m = res["machine"]
+    out = [f"# Probe cost, taken apart ({m.get('gpu') or 'no GPU'}; {m['hostname']})", "",
+           f"- date: {res['date']}", f"- command: `{res['command']}`",
+           f"- machine: {m.get('cpu')} x{m['cpus']}, kernel {m['kernel']}, clocksource "
+           f"{m.get('clocksource')}, bpf_jit_enable {m.get('bpf_jit_enable')}", ""]
+    mi = res.get("micro")
+    if mi:
+        plain = mi["ns_per_call"]["plain"]["median"]
+        pair = (mi["ns_per_call"].get("pair_empty") or {}).get("median", float("nan"))
+        out += ["## Per call (stand-in cuLaunchKernel, one thread, "
+                f"{mi['calls_per_run']} calls a run, {mi['rounds']} interleaved rounds)", "",
+                "| configuration | ns/call median (min–max) | added over plain | over empty pair "
+                "| BPF run time per call (kernel stats) |", "|---|---|---|---|---|"]
+        for cfg, s in mi["ns_per_call"].items():
+            if not s:
+                continue
+            st = mi["bpf_stats"].get(cfg, {}).get("programs", {})
+            calls = mi["calls_per_run"]
+            bpf = sum(v["ns_per_run"] * v["runs"] for v in st.values()) / calls if st else None
+            desc = mi["stages"].get(cfg, "")
+            out.append(f"| {cfg} {('— ' + desc) if desc else ''} | {s['median']:.0f} "
+                       f"({s['min']:.0f}–{s['max']:.0f}) | {s['median'] - plain:+.0f} | "
+                       f"{(s['median'] - plain) / (pair - plain) if pair > plain else float('nan'):.2f}× | "
+                       f"{'' if bpf is None else f'{bpf:.0f} ns'} |")
+        out.append("")
+    mo = res.get("model")
+    if mo and not mo.get("skipped"):
+        out += [f"## ResNet-18 fp16 batch 1 ({mo['workload'].get('device')}, torch "
+                f"{mo['workload'].get('torch')}), {mo['rounds']} rounds of {mo['window_s']} s "
+                f"windows on one warm process; {mo['calls_per_iteration'] or 0:.0f} driver calls "
+                "per iteration", "",
+                "| configuration | it/s median (min–max) | ratio to plain, per round (median, min–max) |",
+                "|---|---|---|"]
+        for c, s in mo["it_per_s"].items():
+            r = mo["ratio_to_plain"].get(c)
+            out.append(f"| {c} | {s['median']:.1f} ({s['min']:.1f}–{s['max']:.1f}) | "
+                       + (f"{r['median']:.3f} ({r['min']:.3f}–{r['max']:.3f})" if r else "—") + " |")
+        out.append("")
+    elif mo:
+        out += [f"## ResNet-18: skipped ({mo['skipped']})", ""]
+    sm = res.get("storm")
+    if sm:
+        out += ["## Storm recorded by `clockalign record --pid` (everything on)", "",
+                "| threads | paced/thread | M calls/s | recorded | drops | unaccounted | ring peak "
+                "| recorder cores | RSS MB | bytes/event |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in sm["runs"]:
+            out.append(f"| {r['threads']} | {r['paced_per_thread'] or '—'} | "
+                       f"{r['rate_per_s'] / 1e6:.3f} | {r['recorded']} | {r['drops']} | "
+                       f"{r['missing_unaccounted']} | {r['ring_peak_fill']} | "
+                       f"{r['recorder_cores']:.2f} | {r['recorder_rss_mb']:.0f} | "
+                       f"{r['bytes_per_event']:.1f} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--parts", default="micro,model,storm")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=None, help="calls per micro run")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (2-core VM, CI-like)")
+    ap.add_argument("--configs", default=None, help="micro: only these configurations")
+    ap.add_argument("--window", type=float, default=4.0, help="model: seconds per window")
+    ap.add_argument("--storm-threads", default=None, help="comma list (default 1,2,4,8,12)")
+    ap.add_argument("--storm-seconds", type=float, default=None)
+    ap.add_argument("--paced", default="", help="THREADSxRATE,... paced storm runs "
+                    "(e.g. 8x250000 = 2M calls/s)")
+    a = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        raise SystemExit("bench_probe_cost: needs root (BPF)")
+    parts = set(a.parts.split(","))
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="pc-"))
+    lib, storm = build_tools(work)
+    res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+           "machine": machine()}
+    def save():
+        (out / "overhead.json").write_text(json.dumps(res, indent=1) + "\n")
+    if "micro" in parts:
+        calls = a.calls or (20000 if a.quick else 200000)
+        res["micro"] = part_micro(lib, storm, a.rounds, calls,
+                                  set(a.configs.split(",")) if a.configs else None)
+        save()
+    if "model" in parts:
+        res["model"] = part_model(a.rounds, a.window, 1.0)
+        save()
+    if "storm" in parts:
+        threads = [int(x) for x in (a.storm_threads or ("1,2" if a.quick else "1,2,4,8,12")).split(",")]
+        secs = a.storm_seconds or (3 if a.quick else 10)
+        paced = [tuple(int(v) for v in p.split("x")) for p in a.paced.split(",") if p]
+        res["storm"] = part_storm(lib, storm, threads, secs, paced)
+    save()
+    md = render(res)
+    (out / "overhead.md").write_text(md + "\n")
+    print(md)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
