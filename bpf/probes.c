@@ -271,7 +271,8 @@ static __always_inline int memcpy3d_enter(struct pt_regs *ctx, u32 fn, u64 strea
 
 /* cuda_return, and the C string whose pointer the entry kept in a[slot] copied into data
  * (cuModuleGetFunction's kernel name).  These calls are rare: a path of their own. */
-static __always_inline int cuda_return_str(struct pt_regs *ctx, u32 fn, int deref_a0, int slot)
+static __always_inline int cuda_return_str(struct pt_regs *ctx, u32 fn, int deref_a0,
+                                           int slot)
 {
     u64 now = bpf_ktime_get_ns();
     u64 pt = bpf_get_current_pid_tgid();

@@ -92,12 +92,36 @@ def summarize(vals):
 
 # ---------------------------------------------------------------- building blocks
 def build_tools(work: Path):
+    """(stand-in libcuda, storm's own one-function library, storm program)."""
     from clockalign.faults.standin import build
     libdir, _ = build(str(work / "standin"))
     storm = work / "storm"
     subprocess.run(["gcc", "-O2", "-o", str(storm), str(HERE / "bench" / "storm.c"), "-ldl",
                     "-lpthread"], check=True)
-    return str(Path(libdir) / "libcuda.so.1"), str(storm)
+    stormlib = work / "stormlib" / "libcuda.so.1"
+    stormlib.parent.mkdir()
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O0", "-fcf-protection=none", "-o",
+                    str(stormlib), str(HERE / "bench" / "stormlib.c")], check=True)
+    return str(Path(libdir) / "libcuda.so.1"), str(stormlib), str(storm)
+
+
+def first_instructions(lib, symbols, n=2):
+    """{symbol: the first n instructions} by objdump (None where there is no objdump)."""
+    if not shutil.which("objdump") or not shutil.which("nm"):
+        return None
+    out = {}
+    table = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True,
+                           text=True).stdout.split("\n")
+    addr = {ln.split()[2]: int(ln.split()[0], 16) for ln in table if len(ln.split()) == 3}
+    for sym in symbols:
+        if sym not in addr:
+            continue
+        dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"--start-address={addr[sym]}",
+                              f"--stop-address={addr[sym] + 24}", lib], capture_output=True,
+                             text=True).stdout.splitlines()
+        ins = [ln.split(":", 1)[1].strip() for ln in dis if ln.startswith(" ") and ":" in ln]
+        out[sym] = ins[:n]
+    return out
 
 
 class Storm:
@@ -191,6 +215,11 @@ class Recording:
             time.sleep(0.05)
         time.sleep(0.3)   # helpers (counters, clock probe) start after the file appears
 
+    def cpu_s(self):
+        """CPU seconds (user + system) the recorder has used so far."""
+        f = open(f"/proc/{self.p.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self):
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGINT)
@@ -236,6 +265,19 @@ def part_micro(lib, storm, rounds, calls, only=None):
             b["targets"].clear()
         return detach
 
+    empty = BPF(text="int e(void *ctx) { return 0; }")
+
+    def attach_empty_multi(pid):
+        from clockalign.capture.uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
+        path, off = BPF._check_path_symbol(lib, "cuLaunchKernel", 0, -1)
+        fn = empty.load_func("e", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
+        fds = [link_uprobe_multi(fn.fd, path.decode(), [off], [1], r) for r in (False, True)]
+
+        def detach():
+            for fd in fds:
+                os.close(fd)
+        return detach
+
     def attach_probes(sched, pid):
         p = Probes(ProbeOptions(cuda_lib=lib, connect=sched, sched=sched, xid=sched), [pid])
         drain.rings.append(p.ring)
@@ -246,8 +288,9 @@ def part_micro(lib, storm, rounds, calls, only=None):
             p.close()
         return detach
 
-    configs = ["plain"] + [s[0] for s in STAGES] + ["probes_cuda", "probes_all",
-                                                     "clockalign_min", "clockalign_full"]
+    configs = ["plain"] + [s[0] for s in STAGES] + ["pair_empty_multi", "probes_cuda",
+                                                     "probes_all", "clockalign_min",
+                                                     "clockalign_full"]
     if only:
         configs = [c for c in configs if c in only or c == "plain"]
     tmp = Path(tempfile.mkdtemp(prefix="pc-micro-"))
@@ -260,6 +303,8 @@ def part_micro(lib, storm, rounds, calls, only=None):
             rec = detach = None
             if cfg in objs:
                 detach = attach_stage(cfg, st.pid)
+            elif cfg == "pair_empty_multi":
+                detach = attach_empty_multi(st.pid)
             elif cfg.startswith("probes_"):
                 detach = attach_probes(cfg == "probes_all", st.pid)
             elif cfg.startswith("clockalign_"):
@@ -316,7 +361,10 @@ def part_micro(lib, storm, rounds, calls, only=None):
         b.cleanup()
     shutil.rmtree(tmp, ignore_errors=True)
     return {"calls_per_run": calls, "rounds": rounds,
-            "stages": {n: d for n, _, d in STAGES},
+            "stages": dict({n: d for n, _, d in STAGES}, pair_empty_multi=
+                           "empty programs on entry and return, as a uprobe_multi link (how "
+                           "clockalign attaches)"),
+            "first_instructions": first_instructions(lib, ["cuLaunchKernel"]),
             "ns_per_call": {c: summarize(v) for c, v in results.items()},
             "lost_per_run": lost,
             "bpf_stats": stats}
@@ -341,8 +389,9 @@ def part_model(rounds, window_s, settle_s):
     BPF = import_bcc().BPF
     empty = BPF(text="int e(void *ctx) { return 0; }")
     symbols = [sym for _, (sym, _) in sorted(CUDA_FUNCTIONS.items())]
-    configs = ["plain", "pair_empty", "clockalign_min", "clockalign_full"]
-    per_round = 4 * (window_s + settle_s + 6)
+    firsts = first_instructions(lib, symbols)
+    configs = ["plain", "pair_empty_multi", "clockalign_min", "clockalign_full"]
+    per_round = len(configs) * (window_s + settle_s + 6)
     total = rounds * per_round + 60
     tmp = Path(tempfile.mkdtemp(prefix="pc-model-"))
     log = tmp / "resnet.log"
@@ -354,10 +403,20 @@ def part_model(rounds, window_s, settle_s):
         return {"skipped": "the ResNet-18 workload did not start (torchvision/CUDA?)"}
     windows = []
     for rnd in range(rounds):
-        order = configs[rnd % 4:] + configs[:rnd % 4]
+        k = rnd % len(configs)
+        order = configs[k:] + configs[:k]
         for cfg in order:
-            rec, attached = None, []
-            if cfg == "pair_empty":
+            rec, attached, links = None, [], []
+            if cfg == "pair_empty_multi":
+                from clockalign.capture.uprobe_multi import (BPF_TRACE_UPROBE_MULTI,
+                                                             link_uprobe_multi)
+                offs = sorted({BPF._check_path_symbol(lib, s_, 0, -1)[1] for s_ in symbols
+                               if _exports(lib, s_)})
+                fn = empty.load_func("e", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
+                links = [link_uprobe_multi(fn.fd, lib, offs, list(range(len(offs))), r)
+                         for r in (False, True)]
+                attached = []
+            elif cfg == "pair_empty":
                 for s in symbols:
                     try:
                         empty.attach_uprobe(name=lib, sym=s, fn_name="e")
@@ -372,13 +431,17 @@ def part_model(rounds, window_s, settle_s):
             t0 = now_ns()
             time.sleep(window_s)
             t1 = now_ns()
-            for s in attached:
-                empty.detach_uprobe(name=lib, sym=s)
-                empty.detach_uretprobe(name=lib, sym=s)
-            w = {"config": cfg, "round": rnd, "t0": t0, "t1": t1, "symbols": len(attached)}
+            for s_ in attached:
+                empty.detach_uprobe(name=lib, sym=s_)
+                empty.detach_uretprobe(name=lib, sym=s_)
+            for fd in links:
+                os.close(fd)
+            w = {"config": cfg, "round": rnd, "t0": t0, "t1": t1,
+                 "symbols": len(attached) or len(links) and len(offs)}
             if rec:
                 w["recording"] = rec.stop()
-                w["cuda_events_in_window"] = cuda_events_between(rec.out, t0, t1)
+                w["cuda_events_in_window"], w["calls_by_function"] = cuda_events_between(
+                    rec.out, t0, t1)
             windows.append(w)
             time.sleep(0.5)
     wl.send_signal(signal.SIGTERM)
@@ -403,7 +466,8 @@ def part_model(rounds, window_s, settle_s):
             if a and p and a[0] and p[0]:
                 rs.append(a[0] / p[0])
         ratio[c] = summarize(rs)
-    return {"workload": ready, "libcuda": lib, "window_s": window_s, "settle_s": settle_s,
+    return {"workload": ready, "libcuda": lib, "first_instructions": firsts,
+            "window_s": window_s, "settle_s": settle_s,
             "rounds": rounds, "windows": windows, "it_per_s": by, "ratio_to_plain": ratio,
             "calls_per_iteration": statistics.median(cpi) if cpi else None}
 
@@ -417,36 +481,56 @@ def rate(samples, t0, t1):
 
 
 def cuda_events_between(path, t0, t1):
+    """(CUDA calls recorded in [t0, t1], {function: calls})."""
+    import collections
     from clockalign.store.reader import RunReader
     from clockalign.store.schema import Kind
-    n = 0
+    by = collections.Counter()
     for ev in RunReader(path).iter_events():
         sel = ev[(ev["kind"] == Kind.CUDA)]
-        n += int(((sel["ts"] >= t0) & (sel["ts"] <= t1)).sum())
-    return n
+        sel = sel[(sel["ts"] >= t0) & (sel["ts"] <= t1)]
+        for fid, n in zip(*np_unique(sel["code"])):
+            by[CUDA_FUNCTIONS.get(int(fid), (str(fid),))[0]] += int(n)
+    return sum(by.values()), dict(by)
+
+
+def np_unique(a):
+    import numpy as np
+    return np.unique(a, return_counts=True)
+
+
+def _exports(lib, sym):
+    try:
+        import_bcc().BPF._check_path_symbol(lib, sym, 0, -1)
+        return True
+    except Exception:
+        return False
 
 
 # ---------------------------------------------------------------- part: storm
 def part_storm(lib, storm, threads_list, seconds, paced):
     tmp = Path(tempfile.mkdtemp(prefix="pc-storm-"))
     rows = []
-    runs = [(t, None) for t in threads_list] + list(paced)
-    for threads, rate_per_thread in runs:
-        st = Storm(storm, lib, threads=threads, seconds=seconds, rate=rate_per_thread)
+    runs = [(t, None, seconds) for t in threads_list] + list(paced)
+    for threads, rate_per_thread, secs in runs:
+        st = Storm(storm, lib, threads=threads, seconds=secs, rate=rate_per_thread)
         rec = Recording(st.pid, tmp / "storm.ca", lib=lib, full=True)
         rec.wait_armed()
+        cpu0 = rec.cpu_s()
         res = st.go()
+        cpu_storm = rec.cpu_s() - cpu0      # steady state: no compile, no detach
         time.sleep(0.3)
         r = rec.stop()
         recorded = (r["counts"] or {}).get("cuda", 0)
         drops = sum((r["drops"] or {}).values())
-        row = {"threads": threads, "paced_per_thread": rate_per_thread, "seconds": seconds,
+        row = {"threads": threads, "paced_per_thread": rate_per_thread, "seconds": secs,
                "generator_calls": res["total"], "rate_per_s": res["total"] / res["wall_s"],
                "recorded": recorded, "drops": drops, "drops_by_kind": r["drops"],
                "missing_unaccounted": res["total"] - recorded - (r["drops"] or {}).get("cuda", 0),
                "ring_peak_fill": r["ring_peak_fill"],
-               "recorder_cpu_s": r["cpu_user_s"] + r["cpu_sys_s"],
-               "recorder_cores": (r["cpu_user_s"] + r["cpu_sys_s"]) / res["wall_s"],
+               "recorder_cpu_s_total": r["cpu_user_s"] + r["cpu_sys_s"],
+               "recorder_cpu_s_during_storm": cpu_storm,
+               "recorder_cores": cpu_storm / res["wall_s"],
                "recorder_rss_mb": r["max_rss_mb"], "file_bytes": r["size"],
                "bytes_per_event": r["size"] / max(1, recorded), "notices": r["notices"]}
         rows.append(row)
@@ -540,6 +624,40 @@ def render(res) -> str:
     return "\n".join(out)
 
 
+def figure(res, path):
+    """Cost per call by configuration (micro part): bars of the median added ns, whiskers
+    min-max over the rounds; a second panel with the BPF programs' own run time."""
+    from matplotlib.figure import Figure
+    mi = res.get("micro")
+    if not mi:
+        return None
+    plain = mi["ns_per_call"]["plain"]["median"]
+    rows = [(c, v) for c, v in mi["ns_per_call"].items() if v and c != "plain"]
+    fig = Figure(figsize=(9, 0.42 * len(rows) + 1.6))
+    ax = fig.add_subplot(1, 1, 1)
+    names = [c for c, _ in rows][::-1]
+    med = [v["median"] - plain for _, v in rows][::-1]
+    lo = [v["median"] - v["min"] for _, v in rows][::-1]
+    hi = [v["max"] - v["median"] for _, v in rows][::-1]
+    bpf = []
+    for c in names:
+        st = mi["bpf_stats"].get(c, {}).get("programs", {})
+        bpf.append(sum(p["ns_per_run"] * p["runs"] for p in st.values()) / mi["calls_per_run"]
+                   if st else 0)
+    y = range(len(names))
+    ax.barh(y, med, xerr=[lo, hi], color="#9ab", label="added wall time per call (median, "
+            "min-max over rounds)")
+    ax.barh(y, bpf, height=0.35, color="#c53", label="of which BPF programs run (kernel stats)")
+    ax.set_yticks(list(y), names)
+    ax.set_xlabel("ns per traced call, over no probes")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(f"Probe cost per call — {res['machine'].get('gpu') or 'no GPU'} host, "
+                 f"{res['machine']['cpus']} CPUs, kernel {res['machine']['kernel']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -551,8 +669,8 @@ def main(argv=None):
     ap.add_argument("--window", type=float, default=4.0, help="model: seconds per window")
     ap.add_argument("--storm-threads", default=None, help="comma list (default 1,2,4,8,12)")
     ap.add_argument("--storm-seconds", type=float, default=None)
-    ap.add_argument("--paced", default="", help="THREADSxRATE,... paced storm runs "
-                    "(e.g. 8x250000 = 2M calls/s)")
+    ap.add_argument("--paced", default="", help="THREADSxRATE[xSECONDS],... paced storm runs "
+                    "(e.g. 8x250000x60: 2M calls/s for 60 s)")
     a = ap.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("bench_probe_cost: needs root (BPF)")
@@ -560,7 +678,7 @@ def main(argv=None):
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="pc-"))
-    lib, storm = build_tools(work)
+    standin, lib, storm = build_tools(work)
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
            "machine": machine()}
@@ -578,8 +696,10 @@ def main(argv=None):
         threads = [int(x) for x in (a.storm_threads or ("1,2" if a.quick else "1,2,4,8,12")).split(",")]
         secs = a.storm_seconds or (3 if a.quick else 10)
         paced = [tuple(int(v) for v in p.split("x")) for p in a.paced.split(",") if p]
+        paced = [(p[0], p[1], p[2] if len(p) > 2 else secs) for p in paced]
         res["storm"] = part_storm(lib, storm, threads, secs, paced)
     save()
+    figure(res, out / "overhead.png")
     md = render(res)
     (out / "overhead.md").write_text(md + "\n")
     print(md)

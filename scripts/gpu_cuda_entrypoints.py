@@ -375,9 +375,36 @@ def spawn_held(cmd, env):
     return proc, release
 
 
-def attach_all(bpf, lib, by_vaddr, log):
+def vaddr_to_offset(vaddr, segments):
+    for off, va, size in segments:
+        if va <= vaddr < va + size:
+            return vaddr - va + off
+    return None
+
+
+def attach_multi(bpf, lib, by_vaddr, segments):
+    """One uprobe_multi link for every address (Linux 6.6+): ~1000 perf-event uprobes take
+    minutes to detach, a link one grace period.  Returns (attached, link fd)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
+    from clockalign.capture.uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
+    pairs = [(vaddr_to_offset(v, segments), v) for v in sorted(by_vaddr)]
+    pairs = [(o, v) for o, v in pairs if o is not None]
+    fn = bpf.load_func("on_call", type(bpf).KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
+    fd = link_uprobe_multi(fn.fd, os.path.realpath(lib), [o for o, _ in pairs],
+                           [v for _, v in pairs], retprobe=False)
+    return {v: by_vaddr[v] for _, v in pairs}, fd
+
+
+def attach_all(bpf, lib, by_vaddr, log, segments=None):
     attached, failed = {}, {}
     t0 = time.monotonic()
+    if segments:
+        try:
+            attached, fd = attach_multi(bpf, lib, by_vaddr, segments)
+            bpf.ca_links = [fd]
+            return attached, failed, time.monotonic() - t0
+        except OSError as e:
+            log(f"  uprobe_multi unavailable ({e}); one perf-event uprobe per symbol")
     for i, (vaddr, names) in enumerate(sorted(by_vaddr.items())):
         try:
             bpf.attach_uprobe(name=lib, sym=names[0], fn_name="on_call")
@@ -452,7 +479,7 @@ def main(argv=None):
     bpf = BPF(text=BPF_TEXT, cflags=flags)
     bpf["targets"][ctypes.c_uint32(tgid)] = ctypes.c_uint8(1)
     compile_s = time.monotonic() - t_compile
-    attached, failed, attach_s = attach_all(bpf, lib, by_vaddr, log)
+    attached, failed, attach_s = attach_all(bpf, lib, by_vaddr, log, segments)
     gpa_attached = []
     if not a.no_getprocaddress:
         for sym in ("cuGetProcAddress", "cuGetProcAddress_v2"):
@@ -492,6 +519,8 @@ def main(argv=None):
                   pid=tgid, exit_code=rc, marker_port=port, getprocaddress_probed=gpa_attached,
                   never_called=sorted("=".join(n) for v, n in attached.items()
                                       if "=".join(n) not in result["calls"]))
+    for fd in getattr(bpf, "ca_links", []):
+        os.close(fd)
     bpf.cleanup()
     print_report(result, a.top)
     if a.out:

@@ -5,6 +5,10 @@
 #   scripts/gpu_session.sh final OUTDIR    # demo with report and trace, --pid before `import torch`, GPU tests
 #   scripts/gpu_session.sh align OUTDIR    # demo again, NVML capture, a 5-minute recording with a
 #                                          # co-running workload, probe cost
+#   scripts/gpu_session.sh coverage OUTDIR # libcuda entry points reached, clockalign vs CUPTI
+#                                          # counts (results/coverage.md), probe cost per call
+#   scripts/gpu_session.sh overhead OUTDIR # probe cost to a ResNet-18 loop, event storms
+#                                          # (results/overhead/)
 # Needs root, the offline bundle at .bundle/ (scripts/make_bundle.sh) and python3 with torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +70,24 @@ print('matmuls', n)" > "$out/align-record.txt" 2>&1; tail -3 "$out/align-record.
     log probe-cost
     python3 scripts/probe_cost.py --seconds 100 --interval 5 --gpu-period 0.25 --out "$out/cost" > "$out/cost.txt" 2>&1; tail -8 "$out/cost.txt"
     rm -f "$out/align.ca.xz"; xz -T4 -k "$out/align.ca"
+elif [ "$stage" = coverage ]; then
+    log entrypoints
+    timeout 240 python3 scripts/gpu_cuda_entrypoints.py --out "$out/entrypoints.json" -- \
+        scripts/gpu_coverage_workload.py --no-profiler --out "$out/ep-workload.json" \
+        > "$out/entrypoints.txt" 2>&1; grep -E '^#|attached' "$out/entrypoints.txt" | head -5
+    log coverage
+    timeout 300 python3 scripts/gpu_coverage.py --out "$out/coverage" > "$out/coverage.txt" 2>&1
+    echo "coverage rc=$?"; grep -E '^\|' "$out/coverage/coverage.md" | head -40
+    rm -f "$out/coverage/coverage-dump.jsonl"
+    log micro
+    timeout 200 python3 scripts/bench_probe_cost.py --parts micro --rounds 5 --calls 100000 \
+        --configs entry_empty,pair_empty,pair_empty_multi,clock,args_array,record_perf,probes_cuda,probes_all,clockalign_min,clockalign_full \
+        --out "$out/micro" > "$out/micro.txt" 2>&1; grep -E '^\|' "$out/micro/overhead.md"
+elif [ "$stage" = overhead ]; then
+    log model-storm
+    timeout 560 python3 scripts/bench_probe_cost.py --parts model,storm --rounds 5 --window 3 \
+        --storm-threads 1,4,8,16 --storm-seconds 6 --paced 8x250000x60 --out "$out/overhead" \
+        > "$out/overhead.txt" 2>&1; grep -E '^\||^#' "$out/overhead/overhead.md"
 fi
 log pack
 tar -C "$out" --exclude=align.ca --exclude=standin -cJf "$out.tar.xz" . && ls -la "$out.tar.xz"

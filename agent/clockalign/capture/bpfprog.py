@@ -17,6 +17,7 @@ from ..store import cuda_api
 from ..store.schema import EVENT_DTYPE, Kind
 from . import cuda_stubs
 from .perfbuf import PerfBuffers, online_cpus, per_cpu_size
+from .uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
 from .tracefs import tracepoint_exists, tracepoint_field_is_dataloc
 
 CA_NEST = 2       # bpf/clockalign.h: probed calls one thread can be inside at once
@@ -112,6 +113,9 @@ class Probes:
         self.attached_cuda = []
         self.missing_cuda = []
         self.cuda_attach_s = 0.0
+        self.aliases = {}
+        self.attach_mode = None
+        self._links = []
         self._bpf = None
         self.ring = None
         flags, notes = build_cflags(opts)
@@ -148,27 +152,57 @@ class Probes:
         return sorted(int(k.value) for k in self._bpf["targets"].keys())
 
     def _attach_cuda(self, lib):
-        """uprobe + uretprobe on every table function lib exports; the rest are listed in
-        missing_cuda (a libcuda of another version lacks some), never an error."""
+        """Entry and return probes on every table function lib exports; the rest are
+        listed in missing_cuda (a libcuda of another version lacks some), never an error.
+        Two uprobe_multi links where the kernel has them (fast to attach and to detach),
+        else two perf-event uprobes per function.  A symbol at the same address as one
+        already probed (an alias) is probed once, under the first table id."""
         t0 = time.monotonic()
+        BPF = type(self._bpf)
+        at = {}
         for f in cuda_api.FUNCTIONS.values():
-            sym = f.symbol
             try:
-                self._bpf.attach_uprobe(name=lib, sym=sym, fn_name=f"enter_{sym}")
+                path, off = BPF._check_path_symbol(lib, f.symbol, 0, -1)
             except Exception:
-                self.missing_cuda.append(sym)
+                self.missing_cuda.append(f.symbol)
                 continue
+            if off in at:
+                self.aliases[f.symbol] = at[off].symbol
+                continue
+            at[off] = f
+        if not at:
+            raise ClockalignError(f"{lib} exports none of the CUDA driver functions clockalign "
+                                  "traces; is it really libcuda?")
+        path = path.decode() if isinstance(path, bytes) else path
+        try:
+            self._attach_multi(path, at)
+            self.attach_mode = "uprobe_multi"
+        except OSError as e:
+            self.notes.append(f"uprobe_multi links unavailable ({e.strerror}): one perf-event "
+                              "uprobe per CUDA function (slower to attach and to detach)")
+            self._attach_each(lib, at)
+            self.attach_mode = "perf_event"
+        self.attached_cuda = [f.symbol for f in at.values()]
+        self.cuda_attach_s = time.monotonic() - t0
+
+    def _attach_multi(self, path, at):
+        BPF = type(self._bpf)
+        offsets = sorted(at)
+        cookies = [cuda_stubs.cookie(at[o]) for o in offsets]
+        for prog, ret in (("enter_any", False), ("return_any", True)):
+            fn = self._bpf.load_func(prog, BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
+            self._links.append(link_uprobe_multi(fn.fd, path, offsets, cookies, ret))
+
+    def _attach_each(self, lib, at):
+        for f in at.values():
+            sym = f.symbol
+            self._bpf.attach_uprobe(name=lib, sym=sym, fn_name=f"enter_{sym}")
             try:
                 self._bpf.attach_uretprobe(name=lib, sym=sym, fn_name=f"return_{sym}")
             except Exception as e:
                 self._bpf.detach_uprobe(name=lib, sym=sym)
                 raise ClockalignError(f"could not attach the return probe of {sym} in {lib} "
                                       f"({e})") from None
-            self.attached_cuda.append(sym)
-        self.cuda_attach_s = time.monotonic() - t0
-        if not self.attached_cuda:
-            raise ClockalignError(f"{lib} exports none of the CUDA driver functions clockalign "
-                                  "traces; is it really libcuda?")
 
     def drops(self) -> dict:
         """Records that could not be sent, per kind name (summed over CPUs), plus the
@@ -213,6 +247,9 @@ class Probes:
         return out
 
     def close(self):
+        for fd in self._links:
+            os.close(fd)
+        self._links = []
         if self.ring is not None:
             self.ring.close()
             self.ring = None

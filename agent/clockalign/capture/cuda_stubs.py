@@ -47,14 +47,33 @@ def return_body(f: cuda_api.CudaFunction) -> str:
     return f"cuda_return(ctx, {f.id}, {deref})"
 
 
+def cookie(f: cuda_api.CudaFunction) -> int:
+    """What the uprobe_multi link tells return_any about f: id | deref_a0 << 16 |
+    (string slot + 1) << 24 (bpf/probes.c decodes it the same way)."""
+    slot = -1 if f.string_slot is None else f.string_slot
+    return f.id | int(f.deref_a0) << 16 | (slot + 1) << 24
+
+
 def c_text(functions=None) -> str:
-    functions = cuda_api.FUNCTIONS.values() if functions is None else functions
+    """Per function enter_X/return_X (attached one by one, where uprobe_multi links are not
+    available), then enter_any/return_any: one program each for all functions, which
+    tell them apart by the link's cookie (capture/uprobe_multi.py)."""
+    functions = sorted(cuda_api.FUNCTIONS.values() if functions is None else functions,
+                       key=lambda f: f.id)
     lines = ["", "/* ---------------------------------------------------------------- "
              "generated from clockalign/store/cuda_api.py */", "#ifdef CA_CUDA"]
-    for f in sorted(functions, key=lambda f: f.id):
+    for f in functions:
         what = ", ".join(f"{n}={r.describe()}" for n, r in f.args).replace("*/", "* /")
         lines.append(f"/* {f.id} {f.symbol}: {f.role}; {what} */")
         lines.append(f"int enter_{f.symbol}(struct pt_regs *ctx) {{ return {enter_body(f)}; }}")
         lines.append(f"int return_{f.symbol}(struct pt_regs *ctx) {{ return {return_body(f)}; }}")
-    lines.append("#endif /* CA_CUDA */")
+    lines += ["", "int enter_any(struct pt_regs *ctx)", "{",
+              "    switch (bpf_get_attach_cookie(ctx) & 0xffff) {"]
+    for f in functions:
+        lines.append(f"    case {f.id}: return {enter_body(f)};")
+    lines += ["    }", "    return 0;", "}", "",
+              "int return_any(struct pt_regs *ctx)", "{",
+              "    u64 c = bpf_get_attach_cookie(ctx);",
+              "    return cuda_return_str(ctx, c & 0xffff, (c >> 16) & 1, (int)((c >> 24) & 0xff) - 1);",
+              "}", "#endif /* CA_CUDA */"]
     return "\n".join(lines) + "\n"

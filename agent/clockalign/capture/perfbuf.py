@@ -98,6 +98,7 @@ class PerfBuffers:
         self.records = 0
         self.lost = 0                 # from PERF_RECORD_LOST: the kernel's own count
         self.peak_fill = 0.0
+        self.last_fill = 0.0          # the fullest CPU buffer at the latest read
         try:
             for cpu in (online_cpus() if cpus is None else cpus):
                 fd = _open_event(cpu, per_cpu_bytes)
@@ -115,7 +116,8 @@ class PerfBuffers:
         avail = head - tail
         if avail <= 0:
             return []
-        self.peak_fill = max(self.peak_fill, avail / self.size)
+        self.last_fill = max(self.last_fill, avail / self.size)
+        self.peak_fill = max(self.peak_fill, self.last_fill)
         start = self._page + (tail & self.mask)
         end = start + avail
         limit = self._page + self.size
@@ -149,6 +151,7 @@ class PerfBuffers:
     def read(self) -> np.ndarray:
         """Every record now in any CPU's buffer, as one array sorted by ts (a copy)."""
         parts = []
+        self.last_fill = 0.0
         for _, _, mm in self._bufs:
             parts.extend(self._drain_one(mm))
         if not parts:
