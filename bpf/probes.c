@@ -2,7 +2,8 @@
  *
  * Parameters come in as -D cflags (see capture/bpfprog.py; `clockalign record --dump-bpf`
  * prints them): CA_MAX_THREADS, CA_CALL_SLOTS, and the feature switches CA_CUDA,
- * CA_CONNECT, CA_SCHED, CA_XID, CA_FOLLOW_CHILDREN, CA_FORK_COMM_DATALOC, CA_XID_DATALOC.
+ * CA_PID_LINKS, CA_REGS_ONLY, CA_CONNECT, CA_SCHED, CA_XID, CA_FOLLOW_CHILDREN,
+ * CA_FORK_COMM_DATALOC, CA_XID_DATALOC.
  * Targets (tgids) live in the `targets` map, filled by user space, so one program serves
  * several --pid and spawn mode alike.
  *
@@ -87,6 +88,17 @@ struct ca_slot {
 };
 BPF_F_TABLE("array", u32, struct ca_slot, inflight, CA_CALL_SLOTS, BPF_F_MMAPABLE);
 
+/* CA_REGS_ONLY (record --cuda-args registers): no user-memory reads in the CUDA probes —
+ * stack arguments, struct fields, out-parameters and strings read as 0 — for the cost of
+ * a bpf_probe_read_user per call (scripts/bench_probe_cost.py measures both) */
+#ifdef CA_REGS_ONLY
+#define CUDA_READ(dst, size, src) ((void)0)
+#define CUDA_READ_STR(dst, size, src) ((void)0)
+#else
+#define CUDA_READ(dst, size, src) bpf_probe_read_user(dst, size, src)
+#define CUDA_READ_STR(dst, size, src) bpf_probe_read_user_str(dst, size, src)
+#endif
+
 static __always_inline struct ca_slot *call_slot(u32 tid)
 {
     u32 idx = tid & (CA_CALL_SLOTS - 1);
@@ -96,8 +108,10 @@ static __always_inline struct ca_slot *call_slot(u32 tid)
 static __always_inline int cuda_enter(u32 fn, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4)
 {
     u64 pt = bpf_get_current_pid_tgid();
+#ifndef CA_PID_LINKS
     if (!is_target(pt >> 32))
         return 0;
+#endif                              /* else the uprobe_multi links fire in the targets only */
     u32 tid = (u32)pt;
     struct ca_slot *s = call_slot(tid);
     if (!s)
@@ -151,11 +165,13 @@ static __always_inline void cuda_fill(struct pt_regs *ctx, struct ca_event *e, u
     e->ret = (s32)PT_REGS_RC(ctx);
     e->a[0] = c->a[0]; e->a[1] = c->a[1]; e->a[2] = c->a[2];
     e->a[3] = c->a[3]; e->a[4] = c->a[4];
+#ifndef CA_REGS_ONLY
     if (deref_a0 && e->ret == 0 && c->a[0]) {
         u64 ptr = 0;
         bpf_probe_read_user(&ptr, sizeof(ptr), (void *)c->a[0]);
         e->a[0] = ptr;
     }
+#endif
 }
 
 /* deref_a0: a0 is an out-parameter (CUdeviceptr *, handle *), replaced by what the call
@@ -178,7 +194,7 @@ static __always_inline u64 stack_arg(struct pt_regs *ctx, int n)
     /* x86-64 SysV: at a function's first instruction, sp -> return address, and
      * argument 7 onward sit above it in 8-byte slots. */
     u64 val = 0;
-    bpf_probe_read_user(&val, sizeof(val), (void *)(PT_REGS_SP(ctx) + 8 * (n - 6)));
+    CUDA_READ(&val, sizeof(val), (void *)(PT_REGS_SP(ctx) + 8 * (n - 6)));
     return val;
 }
 
@@ -186,7 +202,7 @@ static __always_inline int launch_enter(struct pt_regs *ctx, u32 fn)
 {
     /* blockDimZ, sharedMemBytes, hStream: stack arguments 7..9, read in one copy */
     u64 st[3] = {};
-    bpf_probe_read_user(st, sizeof(st), (void *)(PT_REGS_SP(ctx) + 8));
+    CUDA_READ(st, sizeof(st), (void *)(PT_REGS_SP(ctx) + 8));
     return cuda_enter(fn, PT_REGS_PARM1(ctx),
                       CA_DIMS(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx)),
                       CA_DIMS(PT_REGS_PARM5(ctx), PT_REGS_PARM6(ctx), st[0]),
@@ -204,7 +220,7 @@ struct ca_launch_config {   /* CUlaunchConfig */
 static __always_inline int launch_ex_enter(struct pt_regs *ctx, u32 fn)
 {
     struct ca_launch_config c = {};
-    bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
+    CUDA_READ(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
     return cuda_enter(fn, PT_REGS_PARM2(ctx), CA_DIMS(c.grid[0], c.grid[1], c.grid[2]),
                       CA_DIMS(c.block[0], c.block[1], c.block[2]), c.shmem, c.stream);
 }
@@ -212,14 +228,14 @@ static __always_inline int launch_ex_enter(struct pt_regs *ctx, u32 fn)
 static __always_inline u64 user_u64(u64 base, u32 off)
 {
     u64 v = 0;
-    bpf_probe_read_user(&v, sizeof(v), (void *)(base + off));
+    CUDA_READ(&v, sizeof(v), (void *)(base + off));
     return v;
 }
 
 static __always_inline u64 user_u32(u64 base, u32 off)
 {
     u32 v = 0;
-    bpf_probe_read_user(&v, sizeof(v), (void *)(base + off));
+    CUDA_READ(&v, sizeof(v), (void *)(base + off));
     return v;
 }
 
@@ -243,7 +259,7 @@ struct ca_memcpy2d {
 static __always_inline int memcpy2d_enter(struct pt_regs *ctx, u32 fn, u64 stream)
 {
     struct ca_memcpy2d c = {};
-    bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
+    CUDA_READ(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
     return cuda_enter(fn, copy_side(c.dst_type, c.dst_host, c.dst_dev, c.dst_array),
                       copy_side(c.src_type, c.src_host, c.src_dev, c.src_array),
                       c.width * c.height, stream, c.src_type | ((u64)c.dst_type << 8));
@@ -262,7 +278,7 @@ struct ca_memcpy3d {
 static __always_inline int memcpy3d_enter(struct pt_regs *ctx, u32 fn, u64 stream)
 {
     struct ca_memcpy3d c = {};
-    bpf_probe_read_user(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
+    CUDA_READ(&c, sizeof(c), (void *)PT_REGS_PARM1(ctx));
     return cuda_enter(fn, copy_side(c.dst_type, c.dst_host, c.dst_dev, c.dst_array),
                       copy_side(c.src_type, c.src_host, c.src_dev, c.src_array),
                       c.width * c.height * c.depth, stream,
@@ -282,7 +298,7 @@ static __always_inline int cuda_return_str(struct pt_regs *ctx, u32 fn, int dere
     EVENT(e, CA_KIND_CUDA);
     cuda_fill(ctx, e, pt, c, now, fn, deref_a0);
     if (slot >= 0 && slot < 5 && c->a[slot])
-        bpf_probe_read_user_str(e->data, CA_DATA_LEN, (void *)c->a[slot]);
+        CUDA_READ_STR(e->data, CA_DATA_LEN, (void *)c->a[slot]);
     submit(ctx, e);
     return 0;
 }

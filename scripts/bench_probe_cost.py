@@ -278,8 +278,11 @@ def part_micro(lib, storm, rounds, calls, only=None):
                 os.close(fd)
         return detach
 
-    def attach_probes(sched, pid):
-        p = Probes(ProbeOptions(cuda_lib=lib, connect=sched, sched=sched, xid=sched), [pid])
+    def attach_probes(cfg, pid):
+        sched = cfg == "probes_all"
+        p = Probes(ProbeOptions(cuda_lib=lib, connect=sched, sched=sched, xid=sched,
+                                cuda_args="registers" if cfg.endswith("_regs") else "full",
+                                pid_links=not cfg.endswith("_map")), [pid])
         drain.rings.append(p.ring)
 
         def detach():
@@ -288,9 +291,9 @@ def part_micro(lib, storm, rounds, calls, only=None):
             p.close()
         return detach
 
-    configs = ["plain"] + [s[0] for s in STAGES] + ["pair_empty_multi", "probes_cuda",
-                                                     "probes_all", "clockalign_min",
-                                                     "clockalign_full"]
+    configs = ["plain"] + [s[0] for s in STAGES] + [
+        "pair_empty_multi", "probes_cuda", "probes_cuda_map", "probes_cuda_regs", "probes_all",
+        "clockalign_min", "clockalign_full"]
     if only:
         configs = [c for c in configs if c in only or c == "plain"]
     tmp = Path(tempfile.mkdtemp(prefix="pc-micro-"))
@@ -306,7 +309,7 @@ def part_micro(lib, storm, rounds, calls, only=None):
             elif cfg == "pair_empty_multi":
                 detach = attach_empty_multi(st.pid)
             elif cfg.startswith("probes_"):
-                detach = attach_probes(cfg == "probes_all", st.pid)
+                detach = attach_probes(cfg, st.pid)
             elif cfg.startswith("clockalign_"):
                 rec = Recording(st.pid, tmp / f"{cfg}.ca", lib=lib, full=cfg.endswith("full"))
                 rec.wait_armed()
@@ -334,7 +337,10 @@ def part_micro(lib, storm, rounds, calls, only=None):
                 funcs = objs[cfg].funcs
             else:
                 p = Probes(ProbeOptions(cuda_lib=lib, connect=cfg == "probes_all",
-                                        sched=cfg == "probes_all", xid=False), [st.pid])
+                                        sched=cfg == "probes_all", xid=False,
+                                        cuda_args="registers" if cfg.endswith("_regs")
+                                        else "full", pid_links=not cfg.endswith("_map")),
+                           [st.pid])
                 drain.rings.append(p.ring)
                 before = {}
                 funcs = p._bpf.funcs
@@ -363,7 +369,13 @@ def part_micro(lib, storm, rounds, calls, only=None):
     return {"calls_per_run": calls, "rounds": rounds,
             "stages": dict({n: d for n, _, d in STAGES}, pair_empty_multi=
                            "empty programs on entry and return, as a uprobe_multi link (how "
-                           "clockalign attaches)"),
+                           "clockalign attaches)",
+                           probes_cuda="bpf/probes.c, CUDA probes only, per-process links",
+                           probes_cuda_map="same, one link for all processes + target map",
+                           probes_cuda_regs="same, --cuda-args registers (no user reads)",
+                           probes_all="bpf/probes.c with sched/connect/thread tracepoints",
+                           clockalign_min="clockalign record --counters none --no-gpu-clock",
+                           clockalign_full="clockalign record, everything on"),
             "first_instructions": first_instructions(lib, ["cuLaunchKernel"]),
             "ns_per_call": {c: summarize(v) for c, v in results.items()},
             "lost_per_run": lost,
@@ -390,7 +402,8 @@ def part_model(rounds, window_s, settle_s):
     empty = BPF(text="int e(void *ctx) { return 0; }")
     symbols = [sym for _, (sym, _) in sorted(CUDA_FUNCTIONS.items())]
     firsts = first_instructions(lib, symbols)
-    configs = ["plain", "pair_empty_multi", "clockalign_min", "clockalign_full"]
+    configs = ["plain", "pair_empty_multi", "clockalign_min", "clockalign_full",
+               "clockalign_regs"]
     per_round = len(configs) * (window_s + settle_s + 6)
     total = rounds * per_round + 60
     tmp = Path(tempfile.mkdtemp(prefix="pc-model-"))
@@ -425,7 +438,9 @@ def part_model(rounds, window_s, settle_s):
                     except Exception:
                         pass
             elif cfg.startswith("clockalign_"):
-                rec = Recording(wl.pid, tmp / f"{cfg}-{rnd}.ca", full=cfg.endswith("full"))
+                rec = Recording(wl.pid, tmp / f"{cfg}-{rnd}.ca", full=cfg != "clockalign_min",
+                                extra=("--cuda-args", "registers") if cfg.endswith("regs")
+                                else ())
                 rec.wait_armed()
             time.sleep(settle_s)
             t0 = now_ns()
@@ -577,10 +592,11 @@ def render(res) -> str:
     mi = res.get("micro")
     if mi:
         plain = mi["ns_per_call"]["plain"]["median"]
-        pair = (mi["ns_per_call"].get("pair_empty") or {}).get("median", float("nan"))
+        base = "pair_empty_multi" if mi["ns_per_call"].get("pair_empty_multi") else "pair_empty"
+        pair = (mi["ns_per_call"].get(base) or {}).get("median", float("nan"))
         out += ["## Per call (stand-in cuLaunchKernel, one thread, "
                 f"{mi['calls_per_run']} calls a run, {mi['rounds']} interleaved rounds)", "",
-                "| configuration | ns/call median (min–max) | added over plain | over empty pair "
+                f"| configuration | ns/call median (min–max) | added over plain | added ÷ {base}'s "
                 "| BPF run time per call (kernel stats) |", "|---|---|---|---|---|"]
         for cfg, s in mi["ns_per_call"].items():
             if not s:

@@ -7,8 +7,8 @@
 #                                          # co-running workload, probe cost
 #   scripts/gpu_session.sh coverage OUTDIR # libcuda entry points reached, clockalign vs CUPTI
 #                                          # counts (results/coverage.md), probe cost per call
-#   scripts/gpu_session.sh overhead OUTDIR # probe cost to a ResNet-18 loop, event storms
-#                                          # (results/overhead/)
+#   scripts/gpu_session.sh overhead OUTDIR # probe cost per call, to a ResNet-18 loop, event
+#                                          # storms (results/overhead/)
 # Needs root, the offline bundle at .bundle/ (scripts/make_bundle.sh) and python3 with torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -85,8 +85,10 @@ elif [ "$stage" = coverage ]; then
         --out "$out/micro" > "$out/micro.txt" 2>&1; grep -E '^\|' "$out/micro/overhead.md"
 elif [ "$stage" = overhead ]; then
     log model-storm
-    timeout 560 python3 scripts/bench_probe_cost.py --parts model,storm --rounds 5 --window 3 \
-        --storm-threads 1,4,8,16 --storm-seconds 6 --paced 8x250000x60 --out "$out/overhead" \
+    timeout 540 python3 scripts/bench_probe_cost.py --parts micro,model,storm --rounds 5 \
+        --calls 100000 --window 2.5 --storm-threads 1,4,8,16 --storm-seconds 5 \
+        --paced 8x250000x60 --out "$out/overhead" \
+        --configs pair_empty,pair_empty_multi,probes_cuda,probes_cuda_map,probes_cuda_regs,probes_all,clockalign_min,clockalign_full \
         > "$out/overhead.txt" 2>&1; grep -E '^\||^#' "$out/overhead/overhead.md"
 fi
 log pack

@@ -33,6 +33,9 @@ class ProbeOptions:
     ring_mb: float = None         # event buffers, all CPUs together (None: 4 MiB a CPU)
     max_threads: int = 65536
     call_slots: int = 65536       # CUDA calls in flight: one slot per tid modulo this
+    cuda_args: str = "full"       # "registers": no user-memory reads in the CUDA probes
+    pid_links: bool = None        # uprobe_multi links per target process (kernel-side
+                                  # filter); default: when children are not followed
 
 
 def import_bcc():
@@ -64,6 +67,12 @@ DROP_NAMES = {0: "state_map_full", 13: "cuda_unpaired", 14: "cuda_nested",
               15: "cuda_slot_busy"}
 
 
+def use_pid_links(opts: ProbeOptions) -> bool:
+    """Per-process links let the kernel skip other processes before any program runs (no
+    target lookup per call); followed children appear later, so they need the map."""
+    return not opts.follow_children if opts.pid_links is None else opts.pid_links
+
+
 def build_cflags(opts: ProbeOptions):
     """The -D flags for bpf/probes.c, and notes on what was switched off and why."""
     slots = opts.call_slots
@@ -73,6 +82,12 @@ def build_cflags(opts: ProbeOptions):
     notes = []
     if opts.cuda_lib:
         flags.append("-DCA_CUDA")
+        if opts.cuda_args == "registers":
+            flags.append("-DCA_REGS_ONLY")
+        elif opts.cuda_args != "full":
+            raise ValueError(f"cuda_args must be 'full' or 'registers', not {opts.cuda_args!r}")
+        if use_pid_links(opts):
+            flags.append("-DCA_PID_LINKS")
     if opts.connect:
         flags.append("-DCA_CONNECT")
     if opts.sched:
@@ -126,13 +141,9 @@ class Probes:
         except ImportError:
             raise ClockalignError("BCC is not importable: install the OS package python3-bpfcc "
                                   "(scripts/setup.sh does); the PyPI package 'bcc' is unrelated")
-        src_dir = str(bpf_source_dir())
-        try:
-            self._bpf = BPF(text=bpf_text(), cflags=flags + [f"-I{src_dir}"])
-        except Exception as e:
-            raise ClockalignError(f"the BPF program failed to compile or load ({e}); run "
-                                  "'clockalign doctor' to check kernel headers") from None
+        self._compile(BPF, flags)
         self.set_targets(tgids)
+        self.tgids = list(tgids)
         if opts.cuda_lib:
             self._attach_cuda(opts.cuda_lib)
         try:
@@ -141,6 +152,13 @@ class Probes:
             self.close()
             raise ClockalignError(f"could not open the per-CPU event buffers ({e}); "
                                   "lower --ring-mb") from None
+
+    def _compile(self, BPF, flags):
+        try:
+            self._bpf = BPF(text=bpf_text(), cflags=flags + [f"-I{bpf_source_dir()}"])
+        except Exception as e:
+            raise ClockalignError(f"the BPF program failed to compile or load ({e}); run "
+                                  "'clockalign doctor' to check kernel headers") from None
 
     def set_targets(self, tgids):
         import ctypes
@@ -180,6 +198,11 @@ class Probes:
         except OSError as e:
             self.notes.append(f"uprobe_multi links unavailable ({e.strerror}): one perf-event "
                               "uprobe per CUDA function (slower to attach and to detach)")
+            if "-DCA_PID_LINKS" in self.cflags:   # the per-function programs must filter
+                self._bpf.cleanup()
+                self.cflags = [f for f in self.cflags if f != "-DCA_PID_LINKS"]
+                self._compile(type(self._bpf), self.cflags)
+                self.set_targets(self.tgids)
             self._attach_each(lib, at)
             self.attach_mode = "perf_event"
         self.attached_cuda = [f.symbol for f in at.values()]
@@ -189,9 +212,12 @@ class Probes:
         BPF = type(self._bpf)
         offsets = sorted(at)
         cookies = [cuda_stubs.cookie(at[o]) for o in offsets]
+        pids = self.tgids if "-DCA_PID_LINKS" in self.cflags else [0]
         for prog, ret in (("enter_any", False), ("return_any", True)):
             fn = self._bpf.load_func(prog, BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
-            self._links.append(link_uprobe_multi(fn.fd, path, offsets, cookies, ret))
+            for pid in pids:
+                self._links.append(link_uprobe_multi(fn.fd, path, offsets, cookies, ret,
+                                                     pid=pid))
 
     def _attach_each(self, lib, at):
         for f in at.values():

@@ -37,6 +37,7 @@ class RecordOptions:
     duration: float = None
     libcuda: str = None
     cuda: bool = True
+    cuda_args: str = "full"           # "registers": no user-memory reads in CUDA probes
     follow_children: bool = None      # default: on in spawn mode, off for --pid
     ring_mb: float = None             # None: 4 MiB of event buffer a CPU
     counters: str = "auto"
@@ -174,6 +175,7 @@ class Recorder:
         try:
             cuda_lib = self._resolve_cuda(tgids, env)
             probes = Probes(ProbeOptions(cuda_lib=cuda_lib, follow_children=follow,
+                                         cuda_args=o.cuda_args,
                                          ring_mb=o.ring_mb), tgids)
         except BaseException:
             if self.child:

@@ -31,8 +31,10 @@ class _LinkCreateUprobeMulti(ctypes.Structure):
                 ("pid", ctypes.c_uint32), ("pad", ctypes.c_uint32 * 7)]
 
 
-def link_uprobe_multi(prog_fd: int, path: str, offsets, cookies, retprobe: bool) -> int:
-    """A link fd attaching prog_fd at every file offset of path (all processes)."""
+def link_uprobe_multi(prog_fd: int, path: str, offsets, cookies, retprobe: bool,
+                      pid: int = 0) -> int:
+    """A link fd attaching prog_fd at every file offset of path: in process pid only, or
+    in every process for pid 0."""
     n = len(offsets)
     if n == 0 or n != len(cookies):
         raise ValueError("need as many cookies as offsets, at least one")
@@ -43,7 +45,7 @@ def link_uprobe_multi(prog_fd: int, path: str, offsets, cookies, retprobe: bool)
         prog_fd=prog_fd, attach_type=BPF_TRACE_UPROBE_MULTI,
         path=ctypes.addressof(c_path), offsets=ctypes.addressof(c_offs),
         cookies=ctypes.addressof(c_cookies), cnt=n,
-        um_flags=BPF_F_UPROBE_MULTI_RETURN if retprobe else 0)
+        um_flags=BPF_F_UPROBE_MULTI_RETURN if retprobe else 0, pid=pid)
     fd = _libc.syscall(NR_BPF, BPF_LINK_CREATE, ctypes.byref(attr), ctypes.sizeof(attr))
     if fd < 0:
         err = ctypes.get_errno()

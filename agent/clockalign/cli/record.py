@@ -29,6 +29,12 @@ Examples:
 @click.option("--libcuda", type=click.Path(dir_okay=False), help="libcuda to probe (default: "
               "the one the target maps, or would load).")
 @click.option("--no-cuda", is_flag=True, help="Record without CUDA driver probes.")
+@click.option("--cuda-args", type=click.Choice(["full", "registers"]), default="full",
+              show_default=True,
+              help="'registers': keep only the arguments passed in registers (no stack "
+                   "arguments such as a launch's stream, no struct fields, out-parameters "
+                   "or kernel names), saving one user-memory read per call "
+                   "(results/overhead/ says how much).")
 @click.option("--follow-children/--no-follow-children", default=None,
               help="Also record processes the targets fork (default: on for a command).")
 @click.option("--counters", type=click.Choice(["auto", "nvml", "dcgm", "none"]), default="auto",
@@ -46,7 +52,7 @@ Examples:
 @click.option("--quiet", is_flag=True, help="No live status line.")
 @click.option("--dump-bpf", is_flag=True, help="Print the BPF program and cflags, then exit.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def command(pids, output, force, duration, libcuda, no_cuda, follow_children, counters,
+def command(pids, output, force, duration, libcuda, no_cuda, cuda_args, follow_children, counters,
             counter_interval, no_gpu_clock, gpu_clock_period, gpu_clock_pings, ring_mb, quiet,
             dump_bpf, command):
     """Record CUDA driver calls, context switches, connect(), Xids, GPU clocks and counters
@@ -55,6 +61,7 @@ def command(pids, output, force, duration, libcuda, no_cuda, follow_children, co
     if dump_bpf:
         from ..capture.bpfprog import ProbeOptions, dump_bpf as dump
         click.echo(dump(ProbeOptions(cuda_lib=None if no_cuda else (libcuda or "libcuda.so.1"),
+                                     cuda_args=cuda_args,
                                      ring_mb=ring_mb)))
         return
     if counter_interval < 0.01:
@@ -62,6 +69,7 @@ def command(pids, output, force, duration, libcuda, no_cuda, follow_children, co
     _check_ring_memory(ring_mb)
     opts = RecordOptions(output=output, force=force, pids=list(pids), command=list(command) or None,
                          duration=duration, libcuda=libcuda, cuda=not no_cuda,
+                         cuda_args=cuda_args,
                          follow_children=follow_children, ring_mb=ring_mb, counters=counters,
                          counter_interval=counter_interval, gpu_clock=not no_gpu_clock,
                          gpu_clock_period=gpu_clock_period, gpu_clock_pings=gpu_clock_pings,
