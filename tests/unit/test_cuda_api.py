@@ -24,8 +24,34 @@ STUB = re.compile(r"^int (enter|return)_(\w+)\(struct pt_regs \*ctx\) \{ return 
                   re.M)
 
 
+# added after the H200 coverage run (results/coverage.md)
+COVERAGE_IDS = {78: "cuModuleUnload", 79: "cuLibraryUnload", 80: "cuMemSetAccess",
+                81: "cuMemAddressFree", 82: "cuModuleLoad", 83: "cuLibraryLoadFromFile"}
+
+
 def test_first_ids_kept():
     assert {i: cuda_api.FUNCTIONS[i].symbol for i in FIRST_IDS} == FIRST_IDS
+    assert {i: cuda_api.FUNCTIONS[i].symbol for i in COVERAGE_IDS} == COVERAGE_IDS
+
+
+def test_unloads_file_loads_and_vmm_additions():
+    assert cuda_api.names("module_unload") == ("cuModuleUnload", "cuLibraryUnload")
+    assert {"cuModuleLoad", "cuLibraryLoadFromFile"} <= set(cuda_api.names("module"))
+    assert {"cuMemSetAccess", "cuMemAddressFree"} <= set(cuda_api.names("vmm"))
+    assert "module_unload" in cuda_api.ROLES
+    f = cuda_api.BY_SYMBOL["cuModuleLoad"]
+    assert f.arg_names[:2] == ("module", "fname") and f.deref_a0 and f.string_slot == 1
+    assert cuda_stubs.enter_body(f) == "cuda_enter(82, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0, 0, 0)"
+    assert cuda_stubs.return_body(f) == "cuda_return_str(ctx, 82, 1, 1)"
+    assert cuda_stubs.cookie(f) == 82 | 1 << 16 | 2 << 24
+    f = cuda_api.BY_SYMBOL["cuLibraryLoadFromFile"]
+    assert cuda_stubs.enter_body(f) == ("cuda_enter(83, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), "
+                                        "(u32)PT_REGS_PARM5(ctx), (u32)stack_arg(ctx, 8), 0)")
+    assert cuda_stubs.enter_body(cuda_api.BY_SYMBOL["cuMemSetAccess"]) == \
+        "cuda_enter(80, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), PT_REGS_PARM4(ctx), 0, 0)"
+    assert cuda_stubs.return_body(cuda_api.BY_SYMBOL["cuModuleUnload"]) == \
+        "cuda_return(ctx, 78, 0)"
+    assert not any(cuda_api.BY_SYMBOL[s].allocates for s in COVERAGE_IDS.values())
 
 
 def test_schema_is_a_view_of_the_table():
@@ -99,8 +125,10 @@ def test_standin_calls_every_function_a_distinct_prime_in_the_sweep():
         rets = {standin.expected_call(f, i)["ret"] for i in range(n)}
         if f.allocates:
             assert 2 in rets and 0 in rets
+        if f.role in ("module", "module_unload") or f.symbol == "cuMemSetAccess":
+            assert 0 in rets and len(rets) > 1, sym         # some fail, with a chosen code
         if f.role == "module":
-            assert 218 in rets and 0 in rets
+            assert (301 if f.string_slot is not None else 218) in rets
 
 
 @pytest.mark.skipif(not shutil.which("gcc") or not shutil.which("nm"),

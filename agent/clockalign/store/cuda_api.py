@@ -6,7 +6,8 @@ five arguments a record keeps (``a0..a4``) and how BPF reads each at the call's 
 register or stack parameter, a field of a struct an argument points to (CUlaunchConfig,
 CUDA_MEMCPY2D/3D, CUmemAllocationProp), an out-parameter dereferenced when the call
 succeeds, or a C string copied into the record's 56-byte ``data`` (cuModuleGetFunction's
-kernel name, so a report can name the kernels a launch's func pointer refers to).
+kernel name, so a report can name the kernels a launch's func pointer refers to; the file
+name of cuModuleLoad / cuLibraryLoadFromFile).
 
 Ids are file format: a number, once used, always means the same symbol and is never reused.
 ``capture/bpfprog.py`` generates the ``enter_X``/``return_X`` BPF stubs from this table
@@ -20,7 +21,7 @@ import dataclasses
 from typing import Optional
 
 ROLES = ("launch", "graph_launch", "copy", "memset", "alloc", "free", "vmm", "sync",
-         "module", "function", "event", "stream_wait", "context")
+         "module", "module_unload", "function", "event", "stream_wait", "context")
 # roles that put work on a stream (a launch, a copy, a memset): the exporters' stream tracks
 STREAM_WORK = ("launch", "graph_launch", "copy", "memset")
 # CU_STREAM_LEGACY and CU_STREAM_PER_THREAD: special stream handles of cuda.h
@@ -244,6 +245,18 @@ _FUNCTIONS = [
                  (("ctx", out(1)), ("flags", arg(3, 4)), ("device", arg(4, 4)))),
     CudaFunction(77, "cuDevicePrimaryCtxRetain", "context",
                  (("ctx", out(1)), ("device", arg(2, 4)))),
+    # The H200 coverage run (results/coverage.md): unloads, and the VMM calls of torch's
+    # expandable segments and of explicit VMM users that 58..62 left out
+    CudaFunction(78, "cuModuleUnload", "module_unload", (("module", arg(1)),)),
+    CudaFunction(79, "cuLibraryUnload", "module_unload", (("library", arg(1)),)),
+    CudaFunction(80, "cuMemSetAccess", "vmm",
+                 (("dptr", arg(1)), ("bytes", arg(2)), ("count", arg(4)))),
+    CudaFunction(81, "cuMemAddressFree", "vmm", (("dptr", arg(1)), ("bytes", arg(2)))),
+    # loads from a file (CuPy's kernel cache): the file name is kept in data
+    CudaFunction(82, "cuModuleLoad", "module", (("module", out(1)), ("fname", string(2)))),
+    CudaFunction(83, "cuLibraryLoadFromFile", "module",
+                 (("library", out(1)), ("fname", string(2)), ("num_jit_options", arg(5, 4)),
+                  ("num_library_options", arg(8, 4)))),
 ]
 
 FUNCTIONS = {f.id: f for f in _FUNCTIONS}

@@ -2,7 +2,8 @@
 
 Used by the integration tests and by `clockalign demo` on a host without a GPU: every
 driver API symbol clockalign traces (store/cuda_api.py) with the real signatures and known
-results (an allocation of more than 1 TiB returns 2 = OUT_OF_MEMORY), so the real probes
+results (an allocation of more than 1 TiB returns 2 = OUT_OF_MEMORY, a load of a file under
+missing/ 301, an unload of NULL 400, cuMemSetAccess of 0 descriptors 1), so the real probes
 have something exact to trace.  The target calls each traced function a known number of
 times (EXPECTED_CALLS), and ``expected_call(f, i)`` says what call i of f must show.
 
@@ -68,9 +69,19 @@ def expected_call(f: cuda_api.CudaFunction, i: int) -> dict:
     ret = 0
     if f.allocates and i % 3 == 0:
         ret = 2                                      # CUDA_ERROR_OUT_OF_MEMORY
-    if f.role == "module" and i % 4 == 1:
-        ret = 218                                    # CUDA_ERROR_INVALID_PTX
     name = None
+    if f.role == "module" and f.string_slot is not None:      # a load from a file
+        name = f"{'missing' if i % 4 == 1 else 'cache'}/{f.symbol}_{i}.cubin"
+        if i % 4 == 1:
+            ret = 301                                # CUDA_ERROR_FILE_NOT_FOUND
+    elif f.role == "module" and i % 4 == 1:
+        ret = 218                                    # CUDA_ERROR_INVALID_PTX
+    null = f.role == "module_unload" and i % 4 == 3  # unloading a NULL handle
+    if null:
+        ret = 400                                    # CUDA_ERROR_INVALID_HANDLE
+    no_count = f.symbol == "cuMemSetAccess" and i % 3 == 2
+    if no_count:
+        ret = 1                                      # CUDA_ERROR_INVALID_VALUE
     if f.role == "function":
         name = ("vector_add" if i == 0 else "gemm_tile" if i == 1 else
                 "missing" if i % 5 == 4 else f"kernel_{f.id}_{i}")
@@ -94,6 +105,8 @@ def expected_call(f: cuda_api.CudaFunction, i: int) -> dict:
                 v = V(f, r.param, i) & _MASK[r.size]
                 if f.allocates and argname == "bytes" and i % 3 == 0:
                     v = 2 * TIB
+                if null or (no_count and argname == "count"):
+                    v = 0
                 if argname != "image":               # a string in the target's memory
                     args[k] = v
             elif r.how == "field":

@@ -5,6 +5,10 @@
  *   cuLaunchKernel* return 700 (CUDA_ERROR_ILLEGAL_ADDRESS) when f == 0xdead;
  *   cuModuleLoadData/Ex and cuLibraryLoadData return 218 (CUDA_ERROR_INVALID_PTX) for an
  *     image that starts with "bad";
+ *   cuModuleLoad / cuLibraryLoadFromFile return 301 (CUDA_ERROR_FILE_NOT_FOUND) for a file
+ *     name that starts with "missing";
+ *   cuModuleUnload / cuLibraryUnload return 400 (CUDA_ERROR_INVALID_HANDLE) for NULL, and
+ *     cuMemSetAccess returns 1 (CUDA_ERROR_INVALID_VALUE) for 0 descriptors;
  *   cuModuleGetFunction / cuLibraryGetKernel return 500 (CUDA_ERROR_NOT_FOUND) for the name
  *     "missing", and the handles 0x1000 / 0x2000 for "vector_add" / "gemm_tile";
  *   every other handle written to an out-parameter is ID << 24 | n, n counting the calls of
@@ -136,6 +140,12 @@ CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr
     UNUSED(n, align, addr, flags); SET(p, HANDLE(cuMemAddressReserve)); return 0;
 }
 
+typedef struct { struct { int type, id; } location; int flags; } CUmemAccessDesc;
+CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const CUmemAccessDesc *desc, size_t count) {
+    UNUSED(p, n, desc); return count ? 0 : 1;
+}
+CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { UNUSED(p, n); return 0; }
+
 /* copies */
 #define COPY(sym, D, S) CUresult sym(D d, S s, size_t n) { UNUSED(d, s, n); return 0; }
 #define COPY_ASYNC(sym, D, S) \
@@ -216,6 +226,19 @@ CUresult cuLibraryLoadData(CUlibrary *l, const void *code, CUjit_option *jo, voi
     if (bad_image(code)) return 218;
     SET(l, h); return 0;
 }
+static int missing_file(const char *fname) { return !fname || !strncmp(fname, "missing", 7); }
+CUresult cuModuleLoad(CUmodule *m, const char *fname) {
+    unsigned long long h = HANDLE(cuModuleLoad); if (missing_file(fname)) return 301;
+    SET(m, h); return 0;
+}
+CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *fname, CUjit_option *jo, void **jv,
+                               unsigned nj, CUlibraryOption *lo, void **lv, unsigned nl) {
+    unsigned long long h = HANDLE(cuLibraryLoadFromFile); UNUSED(jo, jv, nj, lo, lv, nl);
+    if (missing_file(fname)) return 301;
+    SET(l, h); return 0;
+}
+CUresult cuModuleUnload(CUmodule m) { return m ? 0 : 400; }
+CUresult cuLibraryUnload(CUlibrary l) { return l ? 0 : 400; }
 static CUresult lookup(void **out, unsigned long long h, const char *name) {
     if (!strcmp(name, "missing")) return 500;
     if (!strcmp(name, "vector_add")) h = 0x1000;

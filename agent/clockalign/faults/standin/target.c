@@ -13,7 +13,8 @@
  * main thread (counts: cuda_ids.h, from standin.SWEEP_CALLS), call i passing the
  * arguments standin.expected_call() predicts: V(sym, n) = id << 20 | n << 12 | i for
  * parameter n, with chosen failures (allocations of 2 TiB on every third call, a "bad"
- * image on every fourth, the kernel name "missing" on every fifth). */
+ * image or a missing file on every fourth, the kernel name "missing" on every fifth, a NULL
+ * unload on every fourth, cuMemSetAccess of 0 descriptors on every third). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -124,6 +125,9 @@ typedef struct {
 #define D(n) ((unsigned)((n) * 7 + i))
 #define BYTES(sym) (i % 3 == 0 ? 2ULL << 40 : V(sym, 2))
 #define IMAGE (i % 4 == 1 ? "bad ptx" : "// ptx")
+/* a load from a file: missing/<sym>_<i>.cubin on every fourth call (not found), else cache/ */
+#define FILE_NAME(buf, sym) \
+    snprintf(buf, sizeof buf, "%s/%s_%d.cubin", i % 4 == 1 ? "missing" : "cache", #sym, i)
 #define LOOP(sym) for (int i = 0; i < N_##sym; i++)
 /* call sym through dlsym with the parameter types of cuda.h */
 #define CALL(sym, types, ...) \
@@ -228,6 +232,20 @@ static void sweep(void) {
     LOOP(cuLibraryLoadData) { void *l; CALL(cuLibraryLoadData,
         (void **, const void *, int *, void **, unsigned, int *, void **, unsigned), &l, IMAGE,
         NULL, NULL, U(cuLibraryLoadData, 5), NULL, NULL, U(cuLibraryLoadData, 8)); }
+    LOOP(cuModuleLoad) { void *m; char f[64]; FILE_NAME(f, cuModuleLoad);
+        CALL(cuModuleLoad, (void **, const char *), &m, f); }
+    LOOP(cuLibraryLoadFromFile) { void *l; char f[64]; FILE_NAME(f, cuLibraryLoadFromFile);
+        CALL(cuLibraryLoadFromFile,
+             (void **, const char *, int *, void **, unsigned, int *, void **, unsigned), &l, f,
+             NULL, NULL, U(cuLibraryLoadFromFile, 5), NULL, NULL, U(cuLibraryLoadFromFile, 8)); }
+    LOOP(cuModuleUnload) CALL(cuModuleUnload, (void *), i % 4 == 3 ? NULL : P(cuModuleUnload, 1));
+    LOOP(cuLibraryUnload) CALL(cuLibraryUnload, (void *),
+                               i % 4 == 3 ? NULL : P(cuLibraryUnload, 1));
+    LOOP(cuMemSetAccess) { int desc[3] = {1, 0, 3};
+        CALL(cuMemSetAccess, (u64, size_t, const void *, size_t), V(cuMemSetAccess, 1),
+             V(cuMemSetAccess, 2), desc, i % 3 == 2 ? 0 : V(cuMemSetAccess, 4)); }
+    LOOP(cuMemAddressFree) CALL(cuMemAddressFree, (u64, size_t), V(cuMemAddressFree, 1),
+                                V(cuMemAddressFree, 2));
     LOOP(cuCtxCreate_v2) { void *c; CALL(cuCtxCreate_v2, (void **, unsigned, int), &c,
         U(cuCtxCreate_v2, 2), (int)V(cuCtxCreate_v2, 3)); }
     LOOP(cuCtxCreate_v3) { void *c; CALL(cuCtxCreate_v3, (void **, void *, int, unsigned, int),
