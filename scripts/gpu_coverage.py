@@ -4,6 +4,7 @@ calls inside a marked window vs torch.profiler's (CUPTI) records of the same win
 
     sudo python3 scripts/gpu_coverage.py --out OUT            # record + compare
     python3 scripts/gpu_coverage.py --out OUT --analyze-only  # compare existing outputs
+    python3 scripts/gpu_coverage.py --out OUT --analyze-only --entrypoints EP.json
 
 It runs
     clockalign record -o OUT/coverage.ca --counters none --no-gpu-clock --quiet -- \
@@ -23,8 +24,14 @@ directions too where clockalign saw only direction-named symbols).
 
 Reference per family: CUPTI's API records (runtime + driver) where torch.profiler keeps them;
 kineto keeps only the driver records it tracks (kernel launches), so for driver-only families
-(VMM, module loads, direct driver memsets) the reference is the workload's declared count or
-CUPTI's GPU activities (memsets), and the report says which.
+(VMM, module loads and unloads, direct driver memsets) the reference is the independent
+entry-point counter (scripts/gpu_cuda_entrypoints.py: every exported cu* function, phase 1 =
+the same marked window of another run of the same workload; --entrypoints, default
+OUT/../entrypoints.json as scripts/gpu_session.sh writes it), else the workload's declared
+count, or CUPTI's GPU activities (memsets), and the report says which.  A family short by
+exactly the calls of symbols the recording did not probe (its run file's cuda_attached) is
+"not probed", not a difference; the entry-point counter's window calls of every unprobed
+symbol are listed, busiest first.
 The functions above main() are pure (stdlib only): tests/unit/test_coverage_tools.py.
 """
 import argparse
@@ -231,6 +238,59 @@ def cupti_window(trace):
     return out
 
 
+# ------------------------------------------------------------------ entry-point counter side
+
+def entrypoint_window(ep, phase="1"):
+    """Counts of scripts/gpu_cuda_entrypoints.py's JSON in one phase (1 = the marked window):
+    {window_found, symbols, families}.  A key "a=b" is one address exported under both
+    names; its family is that of the first name that has one."""
+    calls = (ep or {}).get("calls_by_phase", {}).get(str(phase))
+    out = {"window_found": calls is not None, "symbols": dict(calls or {}), "families": {}}
+    for key, n in (calls or {}).items():
+        fam = next((f for f in map(family_of, key.split("=")) if f), None)
+        if fam is None:
+            continue
+        _inc(out["families"], fam, n)
+        if fam == "copy_async":
+            _inc(out["families"], "copy_async_" + (copy_direction(key) or "unknown"), n)
+    out["families"].pop("copy_async_unknown", None)
+    return out
+
+
+def is_probed(key, probed):
+    """key: a symbol or an entry-point alias group "a=b"; probed: symbols (None = unknown)."""
+    return probed is None or any(k in probed for k in key.split("="))
+
+
+def unprobed_calls(ep_symbols, probed, family=None):
+    """{symbol: window calls} of the entry-point counter's symbols that were not probed
+    (of one family, or of none: family="")."""
+    if probed is None:
+        return {}
+    out = {}
+    for key, n in ep_symbols.items():
+        fam = next((f for f in map(family_of, key.split("=")) if f), "")
+        if (family is None or fam == family) and not is_probed(key, probed) and n:
+            out[key] = n
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+# what vmm_body calls per iteration, in order (workloads before the per-symbol declaration
+# only wrote the total)
+VMM_EXPLICIT = ("cuMemAddressReserve", "cuMemCreate", "cuMemMap", "cuMemSetAccess",
+                "cuMemUnmap", "cuMemRelease", "cuMemAddressFree")
+
+
+def vmm_explicit_symbols(declared_entry):
+    """{symbol: n} the workload called explicitly (its declaration, or n/7 of each)."""
+    if not declared_entry:
+        return {}
+    if declared_entry.get("symbols"):
+        return dict(declared_entry["symbols"])
+    per = declared_entry["n"] // len(VMM_EXPLICIT)
+    return {s: per for s in VMM_EXPLICIT}
+
+
 # ------------------------------------------------------------------ declared counts
 
 def declared_counts(workload):
@@ -243,6 +303,9 @@ def declared_counts(workload):
             d = out.setdefault(e["family"], {"n": 0, "exact": True, "notes": []})
             d["n"] += e["n"]
             d["exact"] = d["exact"] and e["exact"]
+            for sym, k in (e.get("symbols") or {}).items():
+                d.setdefault("symbols", {})
+                d["symbols"][sym] = d["symbols"].get(sym, 0) + k
             d["notes"].append(f"{part}: {e['note']}" if e.get("note") else part)
     return out
 
@@ -250,60 +313,96 @@ def declared_counts(workload):
 # ------------------------------------------------------------------ comparison
 
 DRIVER_ONLY = {"vmm", "module_load", "module_get_function", "module_unload"}
+STATUSES = ("ok", "not probed", "DIFF", "info")
 
 
-def compare(ca, cupti, declared, probed=None):
-    """One row per family: cupti, clockalign, declared, reference (and its basis), diff, note.
-    probed: symbols clockalign probes (for the explanation of a zero)."""
+def compare(ca, cupti, declared, probed=None, ep=None):
+    """One row per family: cupti, clockalign, entrypoints, declared, reference (and its
+    basis), diff, status, note.  probed: symbols the recording probed; ep: entrypoint_window.
+    status "not probed": clockalign is short by exactly the window calls of unprobed symbols
+    (the entry-point counter's, or the workload's explicit VMM calls)."""
     cf, uf = ca.get("families", {}), cupti.get("families", {})
+    ef = (ep or {}).get("families", {})
+    have_ep = bool(ep and ep.get("window_found"))
     gpu = cupti.get("gpu", {})
     rows = []
-    fams = [f for f in FAMILIES if f in cf or f in uf or f in declared]
-    fams += sorted((set(cf) | set(uf)) - set(fams) - {"copy_async_unknown"})
+    fams = [f for f in FAMILIES if f in cf or f in uf or f in declared or f in ef]
+    fams += sorted((set(cf) | set(uf) | set(ef)) - set(fams) - {"copy_async_unknown"})
     for fam in fams:
         c, u = cf.get(fam, 0), uf.get(fam, 0)
+        e = ef.get(fam, 0) if have_ep else None
         dec = declared.get(fam)
         ref, basis = u, "CUPTI API records"
+        missing = {}                  # window calls of symbols the recording did not probe
+        if have_ep:
+            missing = unprobed_calls(ep["symbols"], probed, fam)
         if fam == "graph_kernels":
-            c, basis = None, "CUPTI kernels under cudaGraphLaunch (clockalign sees launches only)"
+            c, e, basis = None, None, ("CUPTI kernels under cudaGraphLaunch (clockalign sees "
+                                       "launches only)")
         elif fam == "memset":
             ref = max(u, gpu.get("memset", 0))
             basis = "CUPTI GPU memset activities" if ref != u else basis
+        elif fam in DRIVER_ONLY and u == 0 and have_ep:
+            ref, basis = e, ("entry-point counter (kineto keeps no driver records of this "
+                             "family)")
         elif fam == "vmm":
-            d = declared.get("vmm_explicit", {}).get("n", 0)
-            ref, basis = d, "workload (explicit VMM calls; torch's expandable segments add more)"
+            sym = vmm_explicit_symbols(declared.get("vmm_explicit"))
+            ref = sum(sym.values())
+            basis = "workload (explicit VMM calls; torch's expandable segments add more)"
+            if probed is not None:
+                missing = {k: n for k, n in sym.items() if k not in probed}
         elif fam in DRIVER_ONLY and u == 0 and dec:
             ref, basis = dec["n"], "workload (kineto keeps no driver records of this family)"
+            if probed is not None and not any(family_of(p) == fam for p in probed):
+                missing = {f"(declared; no {fam} symbol probed)": dec["n"]}
         elif fam.startswith("copy_async_") and cf.get("copy_async_unknown"):
             basis = "CUPTI memcpy kind (clockalign: some cuMemcpyAsync of unknown direction)"
-        row = {"family": fam, "cupti": u, "clockalign": c, "declared": dec["n"] if dec else None,
+        row = {"family": fam, "cupti": u, "clockalign": c, "entrypoints": e,
+               "declared": dec["n"] if dec else None,
                "declared_exact": dec["exact"] if dec else None, "reference": ref,
-               "basis": basis}
+               "basis": basis, "unprobed": missing}
         if c is None:
-            row["diff"] = None
-            row["status"] = "info"
+            row["diff"], row["status"] = None, "info"
         else:
             row["diff"] = c - ref
-            if fam == "vmm":
-                row["status"] = "ok" if c >= ref else "DIFF"
+            if fam == "vmm" and basis.startswith("workload"):
+                sym = vmm_explicit_symbols(declared.get("vmm_explicit"))
+                seen = ca.get("symbols", {})
+                short = {k: n for k, n in sym.items() if seen.get(k, 0) < n}
+                row["status"] = ("ok" if not short else "not probed"
+                                 if set(short) <= set(missing) else "DIFF")
             elif fam.startswith("copy_async_") and cf.get("copy_async_unknown"):
                 row["status"] = "ok" if c <= ref else "DIFF"
+            elif c == ref:
+                row["status"] = "ok"
+            elif missing and c + sum(missing.values()) == ref:
+                row["status"] = "not probed"
             else:
-                row["status"] = "ok" if c == ref else "DIFF"
-        row["note"] = explain(row, ca, cupti, probed)
+                row["status"] = "DIFF"
+        row["note"] = explain(row, ca, cupti, probed, ep)
         rows.append(row)
     return rows
 
 
-def explain(row, ca, cupti, probed):
+def _counts(d):
+    return ", ".join(f"{k} {v}" for k, v in sorted(d.items()))
+
+
+def explain(row, ca, cupti, probed, ep=None):
     fam = row["family"]
     syms = {s: n for s, n in ca.get("symbols", {}).items() if family_of(s) == fam}
     api = {s: n for s, n in cupti.get("api", {}).items() if family_of(s) == fam}
+    eps = {s: n for s, n in (ep or {}).get("symbols", {}).items()
+           if any(family_of(k) == fam for k in s.split("="))}
     parts = []
     if api:
-        parts.append("CUPTI: " + ", ".join(f"{k} {v}" for k, v in sorted(api.items())))
+        parts.append("CUPTI: " + _counts(api))
     if syms:
-        parts.append("clockalign: " + ", ".join(f"{k} {v}" for k, v in sorted(syms.items())))
+        parts.append("clockalign: " + _counts(syms))
+    if eps:
+        parts.append("entry points: " + _counts(eps))
+    if row.get("unprobed"):
+        parts.append("not probed in this recording: " + _counts(row["unprobed"]))
     if row["status"] == "DIFF" and not syms and probed is not None:
         mine = sorted(s for s in probed if family_of(s) == fam)
         parts.append("clockalign probes " + (", ".join(mine) if mine else "no symbol of this "
@@ -311,9 +410,10 @@ def explain(row, ca, cupti, probed):
     if fam == "copy_async" and ca.get("families", {}).get("copy_async_unknown"):
         parts.append(f"{ca['families']['copy_async_unknown']} clockalign copies of unknown "
                      "direction (cuMemcpyAsync)")
-    if fam == "vmm":
+    if fam == "vmm" and row["basis"].startswith("workload"):
         extra = (row["clockalign"] or 0) - (row["reference"] or 0)
-        parts.append(f"{extra} calls beyond the explicit ones (torch expandable segments)")
+        parts.append(f"{extra:+d} calls against the explicit ones (torch expandable segments "
+                     "add more; unprobed explicit ones are missing)")
     if fam == "graph_kernels":
         k = [g["kernels"] for g in cupti.get("graph_launches", [])]
         if k:
@@ -321,28 +421,48 @@ def explain(row, ca, cupti, probed):
     if fam == "kernel_launch":
         kb = cupti.get("kernels_by_api", {})
         if kb:
-            parts.append("kernels by launching API: " + ", ".join(
-                f"{k} {v}" for k, v in sorted(kb.items())))
+            parts.append("kernels by launching API: " + _counts(kb))
     return "; ".join(parts)
 
 
-def render_md(rows, ca, cupti, workload, meta):
+def runtime_to_driver(cupti, ca, ep=None):
+    """Per family: the runtime API records CUPTI saw and the driver entry points reached in
+    the window (entry-point counter, else clockalign), with whether a _ptsz/_ptds twin was."""
+    drv = (ep or {}).get("symbols") or ca.get("symbols", {})
+    rows = []
+    for fam in FAMILIES:
+        rt = {s: n for s, n in cupti.get("api", {}).items()
+              if s.startswith("cuda") and family_of(s) == fam}
+        if not rt:
+            continue
+        d = {s: n for s, n in drv.items() if any(family_of(k) == fam for k in s.split("="))}
+        rows.append({"family": fam, "runtime": rt, "driver": d,
+                     "per_thread": sorted(s for s in d if _SUFFIX.search(s))})
+    return rows
+
+
+def render_md(rows, ca, cupti, workload, meta, ep=None, probed=None):
     L = ["# clockalign vs CUPTI: API coverage in one marked window", ""]
     L.append(f"Made by `{meta.get('command', 'scripts/gpu_coverage.py')}` on {meta.get('host', '?')}"
              f" ({meta.get('date', '?')}); torch {workload.get('torch')}, CUDA "
              f"{workload.get('torch_cuda')}, allocator {workload.get('alloc_conf')}.")
     L.append(f"Window: clockalign markers found {ca.get('markers')}, CUPTI window range "
-             f"found {cupti.get('window_found')}; n = {workload.get('n')} per part.")
+             f"found {cupti.get('window_found')}, entry-point counter window found "
+             f"{bool(ep and ep.get('window_found'))}; n = {workload.get('n')} per part.")
     L.append("")
-    L.append("| family | CUPTI | clockalign | declared | reference (basis) | diff | status |")
-    L.append("|---|---:|---:|---:|---|---:|---|")
+    L.append("| family | CUPTI | clockalign | entry points | declared | reference (basis) | diff "
+             "| status |")
+    L.append("|---|---:|---:|---:|---:|---|---:|---|")
+    blank = lambda v: "" if v is None else v          # noqa: E731
     for r in rows:
         dec = "" if r["declared"] is None else (str(r["declared"]) +
                                                 ("" if r["declared_exact"] else "+"))
-        L.append(f"| {r['family']} | {r['cupti']} | {'' if r['clockalign'] is None else r['clockalign']}"
-                 f" | {dec} | {r['reference']} ({r['basis']}) | "
-                 f"{'' if r['diff'] is None else r['diff']} | {r['status']} |")
-    L += ["", "declared: the workload's own count ('+' = at least)", ""]
+        L.append(f"| {r['family']} | {r['cupti']} | {blank(r['clockalign'])} | "
+                 f"{blank(r.get('entrypoints'))} | {dec} | {r['reference']} ({r['basis']}) | "
+                 f"{blank(r['diff'])} | {r['status']} |")
+    L += ["", "declared: the workload's own count ('+' = at least); entry points: "
+          "scripts/gpu_cuda_entrypoints.py's count in the same window of another run of the "
+          "workload", ""]
     diffs = [r for r in rows if r["status"] == "DIFF"]
     L.append(f"## Differences ({len(diffs)})")
     L.append("")
@@ -351,6 +471,26 @@ def render_md(rows, ca, cupti, workload, meta):
                  f"({r['basis']}), diff {r['diff']:+d}. {r['note']}")
     if not diffs:
         L.append("none")
+    gaps = [r for r in rows if r["status"] == "not probed"]
+    if gaps:
+        L += ["", f"## Not probed in this recording ({len(gaps)})", ""]
+        for r in gaps:
+            L.append(f"- **{r['family']}**: clockalign {r['clockalign']} vs {r['reference']}, "
+                     f"short by exactly {_counts(r['unprobed'])}")
+    rt = runtime_to_driver(cupti, ca, ep)
+    if rt:
+        L += ["", "## Runtime API -> driver entry points reached", "",
+              "| family | runtime API (CUPTI) | driver entry points (window) | _ptsz/_ptds |",
+              "|---|---|---|---|"]
+        for r in rt:
+            L.append(f"| {r['family']} | {_counts(r['runtime'])} | {_counts(r['driver'])} | "
+                     f"{', '.join(r['per_thread']) or 'none'} |")
+    if ep and ep.get("window_found") and probed is not None:
+        hot = unprobed_calls(ep["symbols"], probed, family="")
+        if hot:
+            L += ["", "## Called in the window, no family, not probed (entry-point counter)", "",
+                  "| symbol | window calls |", "|---|---:|"]
+            L += [f"| {k} | {v} |" for k, v in hot.items()]
     L += ["", "## Details", ""]
     for r in rows:
         if r["note"]:
@@ -382,22 +522,34 @@ def render_md(rows, ca, cupti, workload, meta):
     return "\n".join(L) + "\n"
 
 
-def analyze(out_dir, probed=None, meta=None):
+def analyze(out_dir, probed=None, meta=None, entrypoints=None):
+    """Compare the outputs in out_dir (coverage-workload.json, coverage-dump.jsonl,
+    coverage-trace.json; entrypoints: the entry-point counter's JSON, optional); writes
+    coverage.md and coverage.json there."""
     with open(os.path.join(out_dir, "coverage-workload.json")) as f:
         workload = json.load(f)
     with open(os.path.join(out_dir, "coverage-dump.jsonl")) as f:
         ca = clockalign_window(f, workload["marker_peer"], workload.get("pid"),
                                workload.get("main_tid"))
     tpath = workload.get("trace") or os.path.join(out_dir, "coverage-trace.json")
+    if not os.path.exists(tpath):                 # moved off the host it was made on
+        tpath = os.path.join(out_dir, "coverage-trace.json")
     if os.path.exists(tpath):
         with open(tpath) as f:
             cupti = cupti_window(json.load(f))
     else:
         cupti = {"window_found": False, "missing": tpath, "families": {}, "api": {}, "gpu": {}}
+    ep = None
+    if entrypoints and os.path.exists(entrypoints):
+        with open(entrypoints) as f:
+            ep = entrypoint_window(json.load(f))
+        ep["source"] = entrypoints
     declared = declared_counts(workload)
-    rows = compare(ca, cupti, declared, probed)
-    md = render_md(rows, ca, cupti, workload, meta or {})
-    res = {"rows": rows, "clockalign": ca, "cupti": cupti, "declared": declared,
+    rows = compare(ca, cupti, declared, probed, ep)
+    md = render_md(rows, ca, cupti, workload, meta or {}, ep, probed)
+    res = {"rows": rows, "clockalign": ca, "cupti": cupti, "entrypoints": ep,
+           "declared": declared, "probed": sorted(probed) if probed is not None else None,
+           "runtime_to_driver": runtime_to_driver(cupti, ca, ep),
            "workload": workload, "meta": meta or {}}
     with open(os.path.join(out_dir, "coverage.json"), "w") as f:
         json.dump(res, f, indent=1)
@@ -408,12 +560,22 @@ def analyze(out_dir, probed=None, meta=None):
 
 # ------------------------------------------------------------------ driver
 
-def probed_symbols():
-    """Symbols clockalign probes (its schema), or None when clockalign is not importable."""
+def probed_symbols(run_file=None):
+    """Symbols the recording probed (its run file's cuda_attached), else those clockalign
+    probes now (its table), or None when clockalign is not importable."""
     try:
         from clockalign.store.schema import CUDA_FUNCTIONS
     except ImportError:
         return None
+    if run_file and os.path.exists(run_file):
+        try:
+            from clockalign.store.reader import RunReader
+            attached = RunReader(run_file).meta.get("cuda_attached")
+            if attached:
+                return sorted(attached)
+        except Exception as e:                    # an unreadable file: say so, use the table
+            print(f"probed symbols of {run_file}: {e}; using clockalign's table",
+                  file=sys.stderr)
     return [v[0] for v in CUDA_FUNCTIONS.values()]
 
 
@@ -436,6 +598,8 @@ def main(argv=None):
     ap.add_argument("--clockalign", default="clockalign", help="clockalign command")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--entrypoints", help="gpu_cuda_entrypoints.py JSON of the same workload "
+                    "(default: OUT/../entrypoints.json when it exists)")
     ap.add_argument("workload_args", nargs=argparse.REMAINDER,
                     help="-- extra arguments for gpu_coverage_workload.py")
     a = ap.parse_args(argv)
@@ -458,7 +622,9 @@ def main(argv=None):
             "host": os.uname().nodename, "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
             "status": status, "run_s": round(time.monotonic() - t0, 1)}
     try:
-        res, md = analyze(a.out, probed_symbols(), meta)
+        ep = a.entrypoints or os.path.join(os.path.dirname(os.path.abspath(a.out)),
+                                           "entrypoints.json")
+        res, md = analyze(a.out, probed_symbols(os.path.join(a.out, "coverage.ca")), meta, ep)
     except FileNotFoundError as e:
         log(f"cannot analyze: {e}")
         return 1

@@ -175,7 +175,8 @@ def test_cupti_window_counts():
 def workload():
     return {"pid": 100, "main_tid": 100, "marker_peer": PEER, "n": 3, "torch": "x",
             "parts": {"eager": {"expect": [gc_expect("kernel_launch", 3)]},
-                      "vmm": {"expect": [gc_expect("vmm_explicit", 7),
+                      "vmm": {"expect": [dict(gc_expect("vmm_explicit", 7),
+                                              symbols={"cuMemCreate": 4, "cuMemMap": 3}),
                                          gc_expect("vmm_torch", 0, False)]},
                       "modules": {"expect": [gc_expect("module_load", 2),
                                              {"skipped": "x", "reason": "y"}]}},
@@ -210,7 +211,7 @@ def test_compare_rows_and_render():
     assert rows["memset"]["reference"] == 2 and rows["memset"]["basis"].startswith("CUPTI GPU")
     assert rows["memset"]["status"] == "DIFF"
     assert rows["vmm"]["reference"] == 7 and rows["vmm"]["status"] == "ok"
-    assert "2 calls beyond" in rows["vmm"]["note"]
+    assert "+2 calls against the explicit ones" in rows["vmm"]["note"]
     assert rows["module_load"]["reference"] == 2 and rows["module_load"]["status"] == "ok"
     assert rows["module_load"]["basis"].startswith("workload")
     assert rows["sync"]["status"] == "ok"
@@ -220,6 +221,94 @@ def test_compare_rows_and_render():
     assert "## Differences (2)" in md
     assert "triton: RuntimeError: no compiler" in md
     assert "modules: skipped x: y" in md
+
+
+def test_declared_vmm_symbols_and_the_fallback_of_older_workloads():
+    d = gc.declared_counts(workload())
+    assert d["vmm_explicit"]["symbols"] == {"cuMemCreate": 4, "cuMemMap": 3}
+    assert gc.vmm_explicit_symbols(d["vmm_explicit"]) == {"cuMemCreate": 4, "cuMemMap": 3}
+    old = gc.vmm_explicit_symbols({"n": 140, "exact": True})      # 20 x the 7 calls
+    assert old == {s: 20 for s in gc.VMM_EXPLICIT} and len(old) == 7
+
+
+# the H200 run (results/coverage.md), reduced: what the entry-point counter saw in the window
+EP = {"calls_by_phase": {
+    "0": {"cuModuleLoad": 2, "cuLaunchKernel": 807},
+    "1": {"cuLaunchKernel": 160, "cuLaunchKernelEx=cuLaunchKernelEx_alias": 40,
+          "cuMemcpyHtoDAsync_v2": 20, "cuMemcpyDtoHAsync_v2": 20, "cuMemCreate": 33,
+          "cuMemMap": 33, "cuMemUnmap": 33, "cuMemRelease": 33, "cuMemAddressReserve": 20,
+          "cuMemSetAccess": 21, "cuMemAddressFree": 20, "cuModuleLoadData": 20,
+          "cuLibraryLoadData": 20, "cuModuleGetFunction": 21, "cuModuleUnload": 20,
+          "cuLibraryUnload": 20, "cuCtxGetDevice_v2": 1393, "cuStreamIsCapturing": 100,
+          "cuDevicePrimaryCtxGetState": 382}}}
+# what that recording probed: the table before ids 78-83
+OLD_PROBED = ["cuLaunchKernel", "cuLaunchKernelEx", "cuMemcpyHtoDAsync_v2",
+              "cuMemcpyDtoHAsync_v2", "cuMemCreate", "cuMemMap", "cuMemUnmap", "cuMemRelease",
+              "cuMemAddressReserve", "cuModuleLoadData", "cuLibraryLoadData",
+              "cuModuleGetFunction", "cuLibraryGetKernel"]
+
+
+def test_entrypoint_window():
+    ep = gc.entrypoint_window(EP)
+    assert ep["window_found"]
+    f = ep["families"]
+    assert f["kernel_launch"] == 200            # the alias group counts once, by its first name
+    assert f["copy_async"] == 40 and f["copy_async_h2d"] == 20 and f["copy_async_d2h"] == 20
+    assert f["vmm"] == 193 and f["module_load"] == 40 and f["module_get_function"] == 21
+    assert f["module_unload"] == 40
+    assert "copy_async_unknown" not in f
+    assert gc.entrypoint_window(EP, phase="0")["families"]["module_load"] == 2
+    assert not gc.entrypoint_window({})["window_found"]
+    assert gc.unprobed_calls(ep["symbols"], OLD_PROBED, "vmm") == {"cuMemSetAccess": 21,
+                                                                   "cuMemAddressFree": 20}
+    assert list(gc.unprobed_calls(ep["symbols"], OLD_PROBED, ""))[:2] == [
+        "cuCtxGetDevice_v2", "cuDevicePrimaryCtxGetState"]
+    assert gc.is_probed("cuLaunchKernelEx=cuLaunchKernelEx_alias", OLD_PROBED)
+
+
+def test_compare_with_the_entry_point_counter():
+    ca = {"markers": 2, "families": {"kernel_launch": 200, "vmm": 152, "module_load": 40,
+                                     "module_get_function": 21},
+          "symbols": {"cuLaunchKernel": 160, "cuLaunchKernelEx": 40, "cuMemCreate": 33,
+                      "cuMemMap": 33, "cuMemUnmap": 33, "cuMemRelease": 33,
+                      "cuMemAddressReserve": 20, "cuModuleLoadData": 20,
+                      "cuLibraryLoadData": 20, "cuModuleGetFunction": 21}}
+    u = {"window_found": True, "families": {"kernel_launch": 200},
+         "api": {"cudaLaunchKernel": 160, "cuLaunchKernelEx": 40}, "gpu": {}}
+    dec = gc.declared_counts({"parts": {"m": {"expect": [
+        gc_expect("module_load", 41, False), gc_expect("module_get_function", 20),
+        gc_expect("module_unload", 40), dict(gc_expect("vmm_explicit", 140))]}}})
+    ep = gc.entrypoint_window(EP)
+    rows = {r["family"]: r for r in gc.compare(ca, u, dec, OLD_PROBED, ep)}
+    assert rows["kernel_launch"]["status"] == "ok" and rows["kernel_launch"]["entrypoints"] == 200
+    for fam in ("module_load", "module_get_function"):     # the counter, not the declaration
+        assert rows[fam]["status"] == "ok" and rows[fam]["basis"].startswith("entry-point")
+    r = rows["module_unload"]
+    assert (r["clockalign"], r["reference"], r["status"]) == (0, 40, "not probed")
+    assert "not probed in this recording: cuLibraryUnload 20, cuModuleUnload 20" in r["note"]
+    r = rows["vmm"]
+    assert (r["reference"], r["diff"], r["status"]) == (193, -41, "not probed")
+    assert r["unprobed"] == {"cuMemSetAccess": 21, "cuMemAddressFree": 20}
+    # probing them now, the same counts would be a difference
+    now = OLD_PROBED + ["cuMemSetAccess", "cuMemAddressFree", "cuModuleUnload", "cuLibraryUnload"]
+    rows = {r["family"]: r for r in gc.compare(ca, u, dec, now, ep)}
+    assert rows["vmm"]["status"] == "DIFF" and rows["module_unload"]["status"] == "DIFF"
+    # without the counter: the explicit VMM calls, and the unprobed ones among them
+    rows = {r["family"]: r for r in gc.compare(ca, u, dec, OLD_PROBED, None)}
+    assert rows["vmm"]["reference"] == 140 and rows["vmm"]["status"] == "not probed"
+    assert rows["vmm"]["unprobed"] == {"cuMemSetAccess": 20, "cuMemAddressFree": 20}
+    assert rows["module_unload"]["status"] == "not probed"
+    assert rows["module_load"]["status"] == "DIFF"     # 40 vs the old declaration 41+
+    md = gc.render_md(list(gc.compare(ca, u, dec, OLD_PROBED, ep)), ca,
+                      dict(u, api={"cudaLaunchKernel": 160}), {}, {}, ep, OLD_PROBED)
+    assert "## Not probed in this recording (2)" in md
+    assert "| cuCtxGetDevice_v2 | 1393 |" in md
+    assert "| kernel_launch | cudaLaunchKernel 160 | cuLaunchKernel 160, " in md
+
+
+def test_probed_symbols_default_to_the_table():
+    syms = gc.probed_symbols(None)
+    assert syms is None or {"cuModuleUnload", "cuMemSetAccess", "cuLaunchKernel"} <= set(syms)
 
 
 def test_compare_explains_an_unprobed_family():
