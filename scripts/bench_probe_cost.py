@@ -216,21 +216,28 @@ class Recording:
         time.sleep(0.3)   # helpers (counters, clock probe) start after the file appears
 
     def cpu_s(self):
-        """CPU seconds (user + system) the recorder has used so far."""
-        f = open(f"/proc/{self.p.pid}/stat").read().rsplit(")", 1)[1].split()
+        """CPU seconds (user + system) the recorder has used so far (0 once it is gone)."""
+        try:
+            f = open(f"/proc/{self.p.pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
         return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self):
-        if self.p.poll() is None:
+        early = self.p.returncode is not None
+        ru = None
+        if not early:
             self.p.send_signal(signal.SIGINT)
-        _, status, ru = os.wait4(self.p.pid, 0)
-        self.p.returncode = os.waitstatus_to_exitcode(status)
+            _, status, ru = os.wait4(self.p.pid, 0)
+            self.p.returncode = os.waitstatus_to_exitcode(status)
         err = self.p.stderr.read()
         from clockalign.store.reader import RunReader
         r = RunReader(self.out)
         tr = r.trailer or {}
-        return {"returncode": self.p.returncode, "cpu_user_s": ru.ru_utime,
-                "cpu_sys_s": ru.ru_stime, "max_rss_mb": ru.ru_maxrss / 1024,
+        return {"returncode": self.p.returncode, "exited_early": early,
+                "stderr_tail": err[-3000:] if (early or self.p.returncode or not tr) else "",
+                "cpu_user_s": ru.ru_utime if ru else 0, "cpu_sys_s": ru.ru_stime if ru else 0,
+                "max_rss_mb": ru.ru_maxrss / 1024 if ru else 0,
                 "size": self.out.stat().st_size, "counts": tr.get("counts"),
                 "drops": tr.get("drops"), "ring_peak_fill": tr.get("ring_peak_fill"),
                 "notices": [ln for ln in err.splitlines() if "lost" in ln or "error" in ln]}
@@ -402,8 +409,7 @@ def part_model(rounds, window_s, settle_s):
     empty = BPF(text="int e(void *ctx) { return 0; }")
     symbols = [sym for _, (sym, _) in sorted(CUDA_FUNCTIONS.items())]
     firsts = first_instructions(lib, symbols)
-    configs = ["plain", "pair_empty_multi", "clockalign_min", "clockalign_full",
-               "clockalign_regs"]
+    configs = ["plain", "pair_empty_multi", "probes_inproc", "clockalign_full"]
     per_round = len(configs) * (window_s + settle_s + 6)
     total = rounds * per_round + 60
     tmp = Path(tempfile.mkdtemp(prefix="pc-model-"))
@@ -437,6 +443,11 @@ def part_model(rounds, window_s, settle_s):
                         attached.append(s)
                     except Exception:
                         pass
+            elif cfg == "probes_inproc":      # bpf/probes.c in this process: no recorder
+                inproc = Probes(ProbeOptions(cuda_lib=lib, xid=False), [wl.pid])
+                drain = Drain()
+                drain.rings.append(inproc.ring)
+                drain.start()
             elif cfg.startswith("clockalign_"):
                 rec = Recording(wl.pid, tmp / f"{cfg}-{rnd}.ca", full=cfg != "clockalign_min",
                                 extra=("--cuda-args", "registers") if cfg.endswith("regs")
@@ -451,6 +462,10 @@ def part_model(rounds, window_s, settle_s):
                 empty.detach_uretprobe(name=lib, sym=s_)
             for fd in links:
                 os.close(fd)
+            if cfg == "probes_inproc":
+                drain.stop()
+                drain.join()
+                inproc.close()
             w = {"config": cfg, "round": rnd, "t0": t0, "t1": t1,
                  "symbols": len(attached) or len(links) and len(offs)}
             if rec:
@@ -547,6 +562,7 @@ def part_storm(lib, storm, threads_list, seconds, paced):
                "recorder_cpu_s_during_storm": cpu_storm,
                "recorder_cores": cpu_storm / res["wall_s"],
                "recorder_rss_mb": r["max_rss_mb"], "file_bytes": r["size"],
+               "recorder_returncode": r["returncode"], "recorder_stderr": r["stderr_tail"],
                "bytes_per_event": r["size"] / max(1, recorded), "notices": r["notices"]}
         rows.append(row)
         print(f"storm {threads:2d} threads{' paced ' + str(rate_per_thread) if rate_per_thread else ''}: "

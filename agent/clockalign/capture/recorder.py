@@ -39,7 +39,7 @@ class RecordOptions:
     cuda: bool = True
     cuda_args: str = "full"           # "registers": no user-memory reads in CUDA probes
     follow_children: bool = None      # default: on in spawn mode, off for --pid
-    ring_mb: float = None             # None: 4 MiB of event buffer a CPU
+    ring_mb: float = None             # None: 8 MiB of event buffer a CPU
     counters: str = "auto"
     counter_interval: float = 0.1
     gpu_clock: bool = True
@@ -266,7 +266,9 @@ class Recorder:
         t_start = time.monotonic()
         last_flush = last_status = t_start
         show = o.status if o.status is not None else sys.stderr.isatty()
+        t_read = t_start
         while not self._stop.is_set():
+            t_prev, t_read = t_read, time.monotonic()
             self._record_batch(probes.ring.read())
             now = time.monotonic()
             if now - last_flush >= FLUSH_S:
@@ -281,8 +283,8 @@ class Recorder:
             if not self._targets_alive(tgids):
                 self.stop_reason = "target exited"
                 break
-            # a buffer a quarter full at this read: read again at once instead of waiting
-            self._stop.wait(POLL_S if probes.ring.last_fill < 0.25 else 0.002)
+            self._stop.wait(next_poll_s(probes.ring.last_fill, t_read - t_prev,
+                                        time.monotonic() - t_read))
         if self.child and self.stop_reason == "SIGTERM" and self.child.poll() is None:
             os.kill(self.child.pid, signal.SIGTERM)
             deadline = time.monotonic() + 2
@@ -384,6 +386,15 @@ def _check_command(argv, env) -> None:
     if head != b"\x7fELF" and not head.startswith(b"#!"):
         raise ClockalignError(f"cannot run {argv[0]}: it is neither a program nor a script "
                               "starting with #! (exec would fail: exec format error)")
+
+
+def next_poll_s(fill: float, since_last_read_s: float, busy_s: float) -> float:
+    """How long to sleep before the next read: POLL_S, or less where the fullest CPU
+    buffer, filling as fast as it did since the last read, would be half full by then."""
+    if fill <= 0 or since_last_read_s <= 0:
+        return POLL_S
+    rate = fill / since_last_read_s            # buffer fractions per second
+    return max(0.0005, min(POLL_S, 0.5 / rate - busy_s))
 
 
 def _drop_reason(drops: dict, peak: float) -> str:

@@ -48,7 +48,7 @@ Examples:
               help="Pings per GPU clock burst.")
 @click.option("--ring-mb", type=click.FloatRange(0, MAX_RING_MB, min_open=True), default=None,
               help="Event buffer MiB, all CPUs together (one perf buffer per CPU, a power of "
-                   "two pages each; default 4 MiB a CPU, at most 256 MiB).")
+                   "two pages each; default 8 MiB a CPU, at most 512 MiB).")
 @click.option("--quiet", is_flag=True, help="No live status line.")
 @click.option("--dump-bpf", is_flag=True, help="Print the BPF program and cflags, then exit.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
