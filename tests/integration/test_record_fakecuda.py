@@ -1,4 +1,5 @@
 """Record the known-count target with real BPF and check every count, argument, code, tid."""
+import collections
 import json
 import os
 import signal
@@ -390,9 +391,17 @@ def test_report_and_export_name_kernels_and_module_loads(fakecuda, tmp_path):
     export_run(Timeline.open(str(out)), str(trace), fmt="chrome-json")
     evs = json.loads(trace.read_text())
     evs = evs["traceEvents"] if isinstance(evs, dict) else evs
-    named = [e for e in evs if e.get("name") == "cuLaunchKernel" and e.get("ph") in ("X", "B")]
+    named = [e for e in evs if e.get("name") == "cuLaunchKernel" and e.get("ph") in ("X", "B")
+             and e.get("cat") == "cuda"]
     assert len(named) == 12 and all(e["args"]["func"] == "vector_add @0x1000"
                                         for e in named if e["tid"] == info["tid_a"])
+    # and again on their stream's track: thread A launched on 0x5000, B on 0x6000
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in evs
+              if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    on_stream = collections.Counter(tracks[(e["pid"], e["tid"])].split(" overlapping")[0]
+                                    for e in evs if e.get("cat") == "stream"
+                                    and e.get("name") in ("cuLaunchKernel", "cuLaunchKernelEx"))
+    assert on_stream["stream 0x5000"] == 12 and on_stream["stream 0x6000"] == 11
     lookups = [e["args"]["name"] for e in evs if e.get("ph") in ("X", "B")
                and str(e.get("name", "")).startswith("cuModuleGetFunction")]
     assert lookups[:2] == ["vector_add", "gemm_tile"]

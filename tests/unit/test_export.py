@@ -20,6 +20,7 @@ from clockalign.export import export_run
 from clockalign.export import varbytes as vb
 from clockalign.export.chrome_json import write_chrome_json
 from clockalign.export.perfetto import write_perfetto
+from clockalign.store import cuda_api
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, Chunk, Kind, unpack_dims
 from clockalign.store.writer import RunWriter
@@ -39,6 +40,13 @@ def run(tmp_path_factory):
 def kinds(run):
     ev = RunReader(run).events()
     return collections.Counter(ev["kind"].tolist())
+
+
+def stream_work(run) -> int:
+    """Calls of the run that put work on a stream: each is also drawn on its stream's track."""
+    ev = RunReader(run).events()
+    return int((np.isin(ev["kind"], [Kind.CUDA, Kind.CUDA_UNFINISHED]) &
+                np.isin(ev["code"], cuda_api.STREAM_WORK_IDS)).sum())
 
 
 def parse(path) -> Trace:
@@ -145,7 +153,7 @@ def test_perfetto_structure_and_counts(pftrace, kinds, run):
     path, stats = pftrace
     seen = check_trace(parse(path))
     n_slices = sum(kinds[k] for k in SLICE_KINDS)
-    assert len(seen["slices"]) == n_slices
+    assert len(seen["slices"]) == n_slices + stream_work(run)
     n_inst = sum(v for k, v in kinds.items() if k not in SLICE_KINDS)
     tl = Timeline.open(run)
     faults = tl.faults()
@@ -211,7 +219,8 @@ def test_json_structure_and_counts(run, kinds, tmp_path):
     doc = json.loads(out.read_text())
     evs = doc["traceEvents"]
     by = collections.Counter(e["ph"] for e in evs)
-    assert by["X"] == sum(kinds[k] for k in SLICE_KINDS)
+    assert by["X"] == sum(kinds[k] for k in SLICE_KINDS) + stream_work(run)
+    assert sum(e["ph"] == "X" and e["cat"] == "stream" for e in evs) == stream_work(run)
     assert by["C"] == len(RunReader(run).columns(Chunk.COUNTERS)["value"])
     assert by["s"] == by["f"] > 0
     named = {(e["pid"], e["tid"]) for e in evs if e["ph"] == "M" and e["name"] == "thread_name"}
@@ -277,9 +286,60 @@ def test_out_of_order_and_nested_calls_stay_balanced(tmp_path):
         out = str(tmp_path / f"ooo.{fmt}")
         export_run(Timeline.open(path), out, fmt)
     seen = check_trace(parse(str(tmp_path / "ooo.perfetto")))
-    assert len(seen["slices"]) == 7
+    assert len(seen["slices"]) == 7 + 6           # the 6 launches again on their stream
     lanes = [t for t in seen["declared"].values() if "overlapping" in t.name]
     assert lanes, "overlapping calls go to an overflow lane"
+
+
+def test_stream_work_on_one_track_per_stream(tmp_path):
+    """Launches, graph launches, copies and memsets are also drawn on their CUDA stream's
+    track (whichever thread queued them); syncs and lookups are not; stream 0 of a _ptsz
+    twin is its thread's own default stream."""
+    fid = cuda_api.BY_SYMBOL
+    cuda = dict(kind=Kind.CUDA, pid=10)
+    s1, s2 = 0x5000, 0x6000
+    rows = [
+        dict(ts=1000, dur=100, tid=11, code=fid["cuLaunchKernel"].id, a4=s1, **cuda),
+        dict(ts=1050, dur=100, tid=12, code=fid["cuGraphLaunch"].id, a1=s1, **cuda),
+        dict(ts=1200, dur=100, tid=11, code=fid["cuMemcpyHtoDAsync_v2"].id, a3=s2, **cuda),
+        dict(ts=1300, dur=100, tid=11, code=fid["cuMemsetD32Async"].id, a3=s2, **cuda),
+        dict(ts=1400, dur=100, tid=11, code=fid["cuMemcpyDtoH_v2"].id, **cuda),   # legacy
+        dict(ts=1500, dur=100, tid=12, code=fid["cuLaunchKernel_ptsz"].id, a4=0, **cuda),
+        dict(ts=1600, dur=100, tid=12, code=fid["cuLaunchKernel"].id,
+             a4=cuda_api.STREAM_PER_THREAD, **cuda),
+        dict(ts=1700, dur=100, tid=11, code=fid["cuStreamSynchronize"].id, a0=s1, **cuda),
+        dict(ts=1800, dur=100, tid=11, code=fid["cuModuleGetFunction"].id, **cuda),
+    ]
+    path = str(tmp_path / "streams.ca")
+    _write_events(path, rows, [[0, 1, 2, 3], [4, 5, 6, 7, 8]])
+    export_run(Timeline.open(path), str(tmp_path / "s.pftrace"), "perfetto")
+    seen = check_trace(parse(str(tmp_path / "s.pftrace")))
+    d = seen["declared"]
+    on = collections.defaultdict(list)
+    for u, name, b, e, _ in seen["slices"]:       # a call overlapping another: a lane of it
+        on[d[u].name.split(" overlapping #")[0]].append((name, b))
+    assert any(t.name == "stream 0x5000 overlapping #1" for t in d.values())
+    assert sorted(on["stream 0x5000"]) == [("cuGraphLaunch", 1050), ("cuLaunchKernel", 1000)]
+    assert sorted(on["stream 0x6000"]) == [("cuMemcpyHtoDAsync_v2", 1200),
+                                           ("cuMemsetD32Async", 1300)]
+    assert on["stream: legacy default"] == [("cuMemcpyDtoH_v2", 1400)]
+    pt = [n for n in on if n.startswith("stream: per-thread default")]
+    assert len(pt) == 1 and pt[0].endswith(" 12")
+    assert sorted(on[pt[0]]) == [("cuLaunchKernel", 1600), ("cuLaunchKernel_ptsz", 1500)]
+    streams = [t for t in d.values() if t.name.startswith("stream") and "overlapping" not in
+               t.name]
+    assert len(streams) == 4
+    assert all(d[t.parent_uuid].HasField("process") for t in streams)
+    assert len(seen["slices"]) == len(rows) + 7         # every call once, stream work twice
+    export_run(Timeline.open(path), str(tmp_path / "s.json"), "chrome-json")
+    evs = json.loads((tmp_path / "s.json").read_text())["traceEvents"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in evs
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    st = [e for e in evs if e["ph"] == "X" and e["cat"] == "stream"]
+    assert len(st) == 7
+    assert {names[(e["pid"], e["tid"])].split(" overlapping #")[0] for e in st} == \
+        {t.name for t in streams}
+    assert sum(e["ph"] == "X" and e["cat"] == "cuda" for e in evs) == len(rows)
 
 
 @pytest.mark.parametrize("fmt", ["perfetto", "chrome-json"])

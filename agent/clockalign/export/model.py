@@ -5,6 +5,12 @@ each batch into *rows*: one row per event, a slice (CUDA call, connect(), off-CP
 interval) or an instant (thread start/rename/exit, process exit, signal, Xid), each with
 its track, name, category and up to ``SLOTS`` annotations, sorted by start time.
 
+Stream tracks.  A call that puts work on a stream (cuda_api.STREAM_WORK: launches, graph
+launches, copies, memsets) is also drawn on one track per CUDA stream of its process, from
+its stream argument (the legacy default stream, a thread's per-thread default stream for
+the _ptsz/_ptds twins and CU_STREAM_PER_THREAD, or the handle), category "stream": what
+was queued where, whichever thread queued it.
+
 Ordering.  The recorder writes a CUDA call when it returns, stamped with its entry time,
 so a batch is not in time order and a long call (a 2 s cuStreamSynchronize) shows up after
 calls that started later on other threads.  No bounded buffer can restore a global time
@@ -35,7 +41,7 @@ BATCH_ROWS = 1 << 16
 SLOTS = 7
 V_UINT, V_INT, V_PTR, V_STR, V_BOOL = 1, 2, 3, 4, 5
 
-CATEGORIES = ["cuda", "net", "sched", "thread", "gpu", "fault"]
+CATEGORIES = ["cuda", "net", "sched", "thread", "gpu", "fault", "stream"]
 CAT = {c: i for i, c in enumerate(CATEGORIES)}
 
 # Every debug-annotation name used, fixed so each writer interns them all up front.
@@ -49,6 +55,23 @@ assert len(ANN_NAMES) < 64    # chrome_json packs a slot's name and type into 9 
 
 NO_END = np.iinfo(np.int64).min // 4
 _LOOKUP_IDS = np.asarray(cuda_api.ids("function"), dtype=np.int64)
+
+
+def _stream_luts():
+    """Per function id: the slot of its stream argument (-1: no stream work; 5: none, the
+    synchronous copies and memsets use the default stream), and whether it is a
+    per-thread-default-stream twin."""
+    top = max(cuda_api.FUNCTIONS) + 1
+    slot, per_thread = np.full(top, -1, np.int64), np.zeros(top, bool)
+    for f in cuda_api.FUNCTIONS.values():
+        if f.role in cuda_api.STREAM_WORK:
+            k = f.slot("stream")
+            slot[f.id], per_thread[f.id] = 5 if k is None else k, f.per_thread
+    return slot, per_thread
+
+
+_STREAM_SLOT, _STREAM_PER_THREAD = _stream_luts()
+STREAM_HANDLE, STREAM_LEGACY, STREAM_PER_THREAD = 0, 1, 2     # Tracks.stream's cls
 
 
 class Strings:
@@ -184,6 +207,22 @@ class Tracks:
             g = self.gpu(gpu)
             t = self._add(key, kind="counter", name=name, parent=g, unit=unit,
                           json_pid=g.json_pid, json_tid=g.json_tid)
+        return t
+
+    def stream(self, pid: int, cls: int, value: int) -> Track:
+        """The track of one CUDA stream of process pid: cls STREAM_HANDLE (value: the
+        handle), STREAM_LEGACY (the legacy default stream), STREAM_PER_THREAD (value: the
+        thread whose per-thread default stream it is)."""
+        key = ("stream", pid, cls, value)
+        t = self.by_key.get(key)
+        if t is None:
+            name = (f"stream {value:#x}" if cls == STREAM_HANDLE else
+                    "stream: legacy default" if cls == STREAM_LEGACY else
+                    f"stream: per-thread default of {self.threads.get(value) or 'thread'} "
+                    f"{value}")
+            proc = self.process(pid)
+            t = self._add(key, kind="stream", name=name, pid=pid, parent=proc,
+                          json_pid=pid, json_tid=self._pseudo_id())
         return t
 
     def faults(self, pid: int = None, gpu: int = None) -> Track:
@@ -410,12 +449,15 @@ class TraceModel:
     def flow_id(fault_index: int) -> int:
         return 0xCA00_0000_0000_0000 | (fault_index + 1)
 
-    def _match_chains(self, start, tid, track, kind):
+    def _match_chains(self, start, tid, track, kind, skip=None):
         flows = {}
         if not self._chain or not len(self._chain[0]):
             return flows
         cts, ctid, who = self._chain
-        hit = np.flatnonzero(np.isin(start, cts) & (kind != Kind.SCHED))
+        m = np.isin(start, cts) & (kind != Kind.SCHED)
+        if skip is not None:
+            m &= ~skip
+        hit = np.flatnonzero(m)
         for r in hit:
             lo = np.searchsorted(cts, start[r], "left")
             hi = np.searchsorted(cts, start[r], "right")
@@ -471,6 +513,32 @@ class TraceModel:
             lut[i] = t.idx
         return lut[inv.reshape(-1)]
 
+    @staticmethod
+    def _stream_work(ev) -> np.ndarray:
+        """Indexes of the CUDA calls of ev that put work on a stream."""
+        kind = ev["kind"]
+        code = ev["code"].astype(np.int64)
+        known = code < len(_STREAM_SLOT)
+        m = ((kind == Kind.CUDA) | (kind == Kind.CUDA_UNFINISHED)) & known
+        m[m] = _STREAM_SLOT[code[m]] >= 0
+        return np.flatnonzero(m)
+
+    def _stream_tracks(self, ev) -> np.ndarray:
+        """Stream track idx per event of ev (all stream work), from its stream argument."""
+        code = ev["code"].astype(np.int64)
+        args = np.stack([ev[f"a{j}"].astype(np.uint64) for j in range(5)] +
+                        [np.zeros(len(ev), np.uint64)])          # slot 5: stream 0
+        h = args[_STREAM_SLOT[code], np.arange(len(ev))]
+        pt = (h == cuda_api.STREAM_PER_THREAD) | ((h == 0) & _STREAM_PER_THREAD[code])
+        legacy = ~pt & ((h == 0) | (h == cuda_api.STREAM_LEGACY))
+        cls = np.where(pt, STREAM_PER_THREAD, np.where(legacy, STREAM_LEGACY, STREAM_HANDLE))
+        value = np.where(pt, ev["tid"].astype(np.uint64), np.where(legacy, np.uint64(0), h))
+        keys = np.stack([ev["pid"].astype(np.uint64), cls.astype(np.uint64), value], axis=1)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        lut = np.array([self.tracks.stream(int(p), int(c), int(v)).idx
+                        for p, c, v in uniq.tolist()], dtype=np.int64)
+        return lut[inv.reshape(-1)]
+
     def _fn_name_ids(self, fids, suffix=""):
         uniq, inv = factorize(fids)
         lut = np.empty(len(uniq), dtype=np.int64)
@@ -487,7 +555,13 @@ class TraceModel:
         return self.strings.ids_of([fn(v) for v in uniq.tolist()])[inv]
 
     def build(self, ev) -> Batch:
+        n0 = len(ev)
+        work = self._stream_work(ev)
+        if len(work):                    # stream work again, for the stream tracks
+            ev = np.concatenate([ev, ev[work]])
         n = len(ev)
+        copy = np.zeros(n, dtype=bool)
+        copy[n0:] = True
         kind = ev["kind"].astype(np.int64)
         start = ev["t_ns"].astype(np.int64)
         dur = np.maximum(ev["dur_ns"].astype(np.int64), 0)
@@ -497,12 +571,14 @@ class TraceModel:
         cls[np.isin(kind, [Kind.CUDA, Kind.CUDA_UNFINISHED, Kind.CONNECT])] = 0
         cls[kind == Kind.SCHED] = 1
         cls[kind == Kind.XID] = 3
-        base = self._base_tracks(ev, cls)
+        base = self._base_tracks(ev[:n0], cls[:n0])
+        if len(work):
+            base = np.concatenate([base, self._stream_tracks(ev[n0:])])
         order = np.argsort(start, kind="stable")
         track = self.lanes.assign(base, start, end, order)
 
-        kind, start, end, is_slice, track = (
-            kind[order], start[order], end[order], is_slice[order], track[order])
+        kind, start, end, is_slice, track, copy = (
+            kind[order], start[order], end[order], is_slice[order], track[order], copy[order])
         tid = ev["tid"][order]
         cat = np.full(n, CAT["thread"], dtype=np.int64)
         name = np.zeros(n, dtype=np.int64)
@@ -511,7 +587,7 @@ class TraceModel:
         for k in factorize(kind)[0].tolist():
             rows = np.flatnonzero(kind == k)
             sub = _Columns(ev, order[rows])
-            self.counts[k] = self.counts.get(k, 0) + len(rows)
+            self.counts[k] = self.counts.get(k, 0) + int((~copy[rows]).sum())
             if k in (Kind.CUDA, Kind.CUDA_UNFINISHED):
                 cat[rows] = CAT["cuda"]
                 fids = sub["code"].astype(np.int64)
@@ -590,7 +666,8 @@ class TraceModel:
                 slots.put(3, rows, "cpu_in", V_UINT, sub["a2"])
             else:
                 self._instants(k, rows, sub, name, cat, slots)
-        flows = self._match_chains(start, tid, track, kind)
+        cat[copy] = CAT["stream"]
+        flows = self._match_chains(start, tid, track, kind, skip=copy)
         return Batch(n=n, start=start, end=end, slice=is_slice, track=track, cat=cat,
                      name=name, slots=slots, kind=kind, tid=tid, flows=flows)
 
