@@ -153,15 +153,15 @@ class Drain(threading.Thread):
         super().__init__(daemon=True)
         self.rings = []
         self.records = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self):
-        while not self._stop.wait(0.02):
+        while not self._halt.wait(0.02):
             for r in list(self.rings):
                 self.records += len(r.read())
 
     def stop(self):
-        self._stop.set()
+        self._halt.set()
 
 
 def prog_stats(funcs: dict) -> dict:

@@ -13,7 +13,7 @@ the buffers (the recorder polls), so the wakeup watermark is set past the buffer
 
 Each record is a PERF_RECORD_SAMPLE: header(8) | u32 raw size | raw data | pad to 8, so with
 one fixed-size BPF struct every sample has the same stride and one numpy view decodes a
-whole CPU's batch; anything else in the buffer (LOST records) takes a slow, exact path.
+whole CPU's batch; anything else in the buffer (LOST records) is stepped over and counted.
 
     bufs = PerfBuffers(bpf["events"], per_cpu_bytes=4 << 20, dtype=EVENT_DTYPE)
     batch = bufs.read()              # EVENT_DTYPE array, every CPU, sorted by ts
@@ -81,6 +81,42 @@ def _open_event(cpu: int, data_bytes: int) -> int:
     return fd
 
 
+def sample_dtype(body: np.dtype) -> np.dtype:
+    """A PERF_RECORD_SAMPLE carrying one raw record of dtype body: header(8) | u32 size |
+    body | padding to 8 bytes."""
+    body = np.dtype(body)
+    stride = 8 + ((body.itemsize + 4 + 7) & ~7)
+    return np.dtype({"names": ["type", "size", "body"], "formats": ["<u4", "<u2", body],
+                     "offsets": [0, 6, 12], "itemsize": stride})
+
+
+def parse_samples(buf: bytes, rec: np.dtype):
+    """([arrays of bodies], records lost) from one CPU's batch.  Runs of fixed-stride samples
+    are numpy views; whatever breaks the stride (a PERF_RECORD_LOST after an overflow) is
+    stepped over by its own size and counted, so an overloaded buffer costs no Python per
+    record."""
+    stride = rec.itemsize
+    parts, lost, pos, end = [], 0, 0, len(buf)
+    while end - pos >= 8:
+        n = (end - pos) // stride
+        if n:
+            recs = np.frombuffer(buf, dtype=rec, count=n, offset=pos)
+            bad = np.flatnonzero((recs["type"] != PERF_RECORD_SAMPLE) | (recs["size"] != stride))
+            good = int(bad[0]) if len(bad) else n
+            if good:
+                parts.append(recs["body"][:good])
+            pos += good * stride
+            if good == n:
+                continue
+        typ, _, size = _HDR.unpack_from(buf, pos)
+        if size < 8:
+            break                                  # not a record: the kernel never writes one
+        if typ == PERF_RECORD_LOST and pos + 24 <= end:
+            lost += _U64.unpack_from(buf, pos + 16)[0]
+        pos += size
+    return parts, lost
+
+
 class PerfBuffers:
     """The per-CPU buffers behind one BPF_PERF_OUTPUT map; read() drains them all."""
 
@@ -88,11 +124,8 @@ class PerfBuffers:
         self.dtype = np.dtype(dtype)
         self.size = per_cpu_bytes
         self.mask = per_cpu_bytes - 1
-        raw = self.dtype.itemsize + 4
-        self.stride = 8 + ((raw + 7) & ~7)
-        self._rec = np.dtype({"names": ["type", "size", "body"],
-                              "formats": ["<u4", "<u2", self.dtype],
-                              "offsets": [0, 6, 12], "itemsize": self.stride})
+        self._rec = sample_dtype(self.dtype)
+        self.stride = self._rec.itemsize
         self._page = mmap.PAGESIZE
         self._bufs = []
         self.records = 0
@@ -123,30 +156,9 @@ class PerfBuffers:
         limit = self._page + self.size
         buf = mm[start:end] if end <= limit else mm[start:limit] + mm[self._page:end - self.size]
         _U64.pack_into(mm, TAIL_OFF, head)
-        n, rem = divmod(avail, self.stride)
-        if rem == 0:
-            recs = np.frombuffer(buf, dtype=self._rec, count=n)
-            if np.all(recs["type"] == PERF_RECORD_SAMPLE) and np.all(recs["size"] == self.stride):
-                return [recs["body"]]
-        return [self._slow(buf)]
-
-    def _slow(self, buf: bytes) -> np.ndarray:
-        """Walk records one by one (a LOST record broke the fixed stride)."""
-        keep, pos = [], 0
-        while pos + 8 <= len(buf):
-            typ, _, size = _HDR.unpack_from(buf, pos)
-            if size == 0:
-                break
-            if typ == PERF_RECORD_SAMPLE and size == self.stride:
-                keep.append(pos)
-            elif typ == PERF_RECORD_LOST:
-                self.lost += _U64.unpack_from(buf, pos + 16)[0]
-            pos += size
-        if not keep:
-            return np.empty(0, dtype=self.dtype)
-        body = np.frombuffer(buf, dtype=np.uint8)
-        idx = np.asarray(keep)[:, None] + 12 + np.arange(self.dtype.itemsize)
-        return body[idx].reshape(-1).view(self.dtype)
+        parts, lost = parse_samples(buf, self._rec)
+        self.lost += lost
+        return parts
 
     def read(self) -> np.ndarray:
         """Every record now in any CPU's buffer, as one array sorted by ts (a copy)."""

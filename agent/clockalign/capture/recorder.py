@@ -181,30 +181,37 @@ class Recorder:
             if self.child:
                 self.child.cancel()
             raise
-        with probes:
-            self.writer = RunWriter(o.output, self._meta(tgids, cuda_lib, probes))
-            self.writer.write_rows(Chunk.NOTICES, self.notices)
-            for n in probes.notes:
-                self.notice(n)
-            if probes.missing_cuda and cuda_lib:
-                self.writer.write_rows(Chunk.NOTICES, [{
-                    "t_ns": _now(), "level": "info",
-                    "text": "symbols not exported by libcuda: " + ", ".join(probes.missing_cuda)}])
-            self._snapshot_threads(tgids)
-            helpers = self._start_helpers()
-            old = self._install_signals()
-            try:
-                if self.child:
-                    self.child.release()
-                self._loop(probes, tgids)
-            finally:
-                self._restore_signals(old)
-                self._finish(probes, tgids, helpers)
+        # from arming until the probes are detached, Ctrl-C / SIGTERM only ask for a stop: a
+        # second one while finishing must cost neither the trailer nor a clean detach
+        old = self._install_signals()
+        try:
+            with probes:
+                self.writer = RunWriter(o.output, self._meta(tgids, cuda_lib, probes))
+                self.writer.write_rows(Chunk.NOTICES, self.notices)
+                for n in probes.notes:
+                    self.notice(n)
+                if probes.missing_cuda and cuda_lib:
+                    self.writer.write_rows(Chunk.NOTICES, [{
+                        "t_ns": _now(), "level": "info",
+                        "text": "symbols not exported by libcuda: "
+                                + ", ".join(probes.missing_cuda)}])
+                self._snapshot_threads(tgids)
+                helpers = []
+                try:
+                    self._start_helpers(helpers)
+                    if self.child:
+                        self.child.release()
+                    self._loop(probes, tgids)
+                finally:
+                    self._finish(probes, tgids, helpers)
+        finally:
+            self._restore_signals(old)
         return self.summary
 
-    def _start_helpers(self):
+    def _start_helpers(self, helpers):
+        """Start the clock probe and counter sampler, each appended to helpers once it runs
+        (so a failure part-way still stops the ones started)."""
         o = self.opts
-        helpers = []
         try:
             from .clockprobe import ClockProbeThread
             gpus = [g["index"] for g in self.gpus] if o.gpu_clock else []
@@ -230,7 +237,6 @@ class Recorder:
                     raise
             except ImportError as e:
                 self.notice(f"GPU counters off: backend not importable ({e})", "warning")
-        return helpers
 
     def _install_signals(self):
         def handler(signum, frame):
