@@ -172,30 +172,45 @@ class Probes:
     def _attach_cuda(self, lib):
         """Entry and return probes on every table function lib exports; the rest are
         listed in missing_cuda (a libcuda of another version lacks some), never an error.
+        lib is a path, or {path: [tgids]} where targets (in containers) map different
+        library files: each file gets its own offsets and links, for its own processes.
         Two uprobe_multi links where the kernel has them (fast to attach and to detach),
         else two perf-event uprobes per function.  A symbol at the same address as one
         already probed (an alias) is probed once, under the first table id."""
         t0 = time.monotonic()
         BPF = type(self._bpf)
-        at = {}
-        for f in cuda_api.FUNCTIONS.values():
-            try:
-                path, off = BPF._check_path_symbol(lib, f.symbol, 0, -1)
-            except Exception:
-                self.missing_cuda.append(f.symbol)
-                continue
-            if off in at:
-                self.aliases[f.symbol] = at[off].symbol
-                continue
-            at[off] = f
-        if not at:
-            raise ClockalignError(f"{lib} exports none of the CUDA driver functions clockalign "
-                                  "traces; is it really libcuda?")
-        path = path.decode() if isinstance(path, bytes) else path
+        libs = lib if isinstance(lib, dict) else {lib: list(self.tgids)}
+        per_lib = {}
+        self.cuda_libraries = {}
+        for one, pids in libs.items():
+            at, missing, path = {}, [], one
+            for f in cuda_api.FUNCTIONS.values():
+                try:
+                    path, off = BPF._check_path_symbol(one, f.symbol, 0, -1)
+                except Exception:
+                    missing.append(f.symbol)
+                    continue
+                if off in at:
+                    self.aliases.setdefault(f.symbol, at[off].symbol)
+                    continue
+                at[off] = f
+            if not at:
+                raise ClockalignError(f"{one} exports none of the CUDA driver functions "
+                                      "clockalign traces; is it really libcuda?")
+            path = path.decode() if isinstance(path, bytes) else path
+            if one.startswith("/"):      # /proc/PID/root/...: the kernel must walk it, not us
+                path = one
+            per_lib[one] = (path, at, list(pids))
+            self.cuda_libraries[one] = {"pids": list(pids), "attached": len(at),
+                                        "missing": missing}
         try:
-            self._attach_multi(path, at)
+            for path, at, pids in per_lib.values():
+                self._attach_multi(path, at, pids)
             self.attach_mode = "uprobe_multi"
         except OSError as e:
+            for fd in self._links:
+                os.close(fd)
+            self._links = []
             self.notes.append(f"uprobe_multi links unavailable ({e.strerror}): one perf-event "
                               "uprobe per CUDA function (slower to attach and to detach)")
             if "-DCA_PID_LINKS" in self.cflags:   # the per-function programs must filter
@@ -203,16 +218,23 @@ class Probes:
                 self.cflags = [f for f in self.cflags if f != "-DCA_PID_LINKS"]
                 self._compile(type(self._bpf), self.cflags)
                 self.set_targets(self.tgids)
-            self._attach_each(lib, at)
+            for one, (path, at, pids) in per_lib.items():
+                self._attach_each(one, at)
             self.attach_mode = "perf_event"
-        self.attached_cuda = [f.symbol for f in at.values()]
+        attached = {f.symbol for _, at, _ in per_lib.values() for f in at.values()}
+        self.attached_cuda = [f.symbol for f in cuda_api.FUNCTIONS.values()
+                              if f.symbol in attached]
+        self.missing_cuda = [f.symbol for f in cuda_api.FUNCTIONS.values()
+                             if f.symbol not in attached and f.symbol not in self.aliases]
         self.cuda_attach_s = time.monotonic() - t0
 
-    def _attach_multi(self, path, at):
+    def _attach_multi(self, path, at, pids=None):
+        """One entry and one return link on path; per target process (pids, default all
+        targets) where the program is built for per-process links, else one for all."""
         BPF = type(self._bpf)
         offsets = sorted(at)
         cookies = [cuda_stubs.cookie(at[o]) for o in offsets]
-        pids = self.tgids if "-DCA_PID_LINKS" in self.cflags else [0]
+        pids = (self.tgids if pids is None else pids) if "-DCA_PID_LINKS" in self.cflags else [0]
         for prog, ret in (("enter_any", False), ("return_any", True)):
             fn = self._bpf.load_func(prog, BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
             for pid in pids:

@@ -23,7 +23,8 @@ from ..store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, KIND_NAMES, Chunk, Kind
 from ..store.writer import RunWriter, check_output
 from . import preflight, targets
 from .bpfprog import ProbeOptions, Probes
-from .libcuda import resolve_for_pid, resolve_like_loader
+from .container import describe as describe_container, own_mount_namespace
+from .libcuda import locate as locate_libcuda, resolve_like_loader
 
 POLL_S = 0.05
 FLUSH_S = 0.25
@@ -96,7 +97,11 @@ class Recorder:
         print(f"clockalign: {text}", file=sys.stderr)
 
     def _resolve_cuda(self, pids, env):
+        """The libcuda to probe: a path (--libcuda, spawn mode), or in pid mode
+        {path: [pids]}, one entry per library file — two targets in two containers may map
+        two different files at one name, and each gets its own probes."""
         o = self.opts
+        self._cuda_targets = {}
         if not o.cuda:
             return None
         if o.libcuda:
@@ -108,38 +113,69 @@ class Recorder:
             if not path:
                 raise ClockalignError(
                     "no libcuda.so.1 can be found the way the command's loader would look "
-                    "(LD_LIBRARY_PATH, ldconfig cache, default directories); pass --libcuda "
+                    "(LD_LIBRARY_PATH, ld.so.cache, default directories); pass --libcuda "
                     "PATH or record without CUDA probes with --no-cuda")
             self.notice(f"CUDA probes armed on {path} (found via {how}) before the command starts")
             return path
-        found = set()
+        by_file = {}
         for pid in pids:
-            path, how = resolve_for_pid(pid)
+            loc = locate_libcuda(pid)
+            where = (" inside its root (another mount namespace: a container?)"
+                     if own_mount_namespace(pid) else "")
+            if loc["unverified"]:
+                raise ClockalignError(
+                    f"process {pid} maps libcuda {loc['in_target']} (device {loc['dev']}, inode "
+                    f"{loc['ino']}), but no path from here reaches that file; pass --libcuda "
+                    "PATH or record without CUDA probes with --no-cuda")
+            path = loc["probe"]
             if not path:
                 raise ClockalignError(
                     f"process {pid} has not loaded libcuda and none can be found the way its "
-                    "loader would look (LD_LIBRARY_PATH, ldconfig cache, default directories); "
-                    "pass --libcuda PATH or record without CUDA probes with --no-cuda")
-            if how != "maps":
+                    f"loader would look{where} (LD_LIBRARY_PATH, ld.so.cache, default "
+                    "directories); pass --libcuda PATH or record without CUDA probes with "
+                    "--no-cuda")
+            if loc["how"] != "maps":
                 self.notice(f"process {pid} has not loaded libcuda yet; probes armed on {path} "
-                            f"(found via {how}), so a later dlopen is traced")
-            found.add(os.path.realpath(path) if not path.startswith("/proc/") else path)
-        if len(found) > 1:
-            raise ClockalignError("the target processes use different libcuda files "
-                                  f"({', '.join(sorted(found))}); record them separately")
-        return found.pop()
+                            f"(found via {loc['how']}{where}), so a later dlopen is traced")
+            elif where:
+                self.notice(f"process {pid} runs in another mount namespace: probes armed on the "
+                            f"libcuda it maps, {loc['in_target']}, reached as {path}")
+            try:
+                st = os.stat(path)
+                key = (st.st_dev, st.st_ino)
+                loc = {**loc, "dev": f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}",
+                       "ino": st.st_ino}
+            except OSError:
+                key = path
+            self._cuda_targets[pid] = loc
+            by_file.setdefault(key, (path, []))[1].append(pid)
+        return dict(by_file.values())
 
     def _meta(self, tgids, cuda_lib, probes):
+        def lib_of(p):
+            if isinstance(cuda_lib, dict):
+                return next((path for path, ps in cuda_lib.items() if p in ps), None)
+            return cuda_lib
+
+        def target(p):
+            t = {"pid": p, "cmdline": self.opts.command if self.child else targets.cmdline(p),
+                 "libcuda": lib_of(p)}
+            loc = getattr(self, "_cuda_targets", {}).get(p)
+            if loc:
+                t.update(libcuda_in_target=loc["in_target"], libcuda_how=loc["how"],
+                         libcuda_dev=loc.get("dev"), libcuda_ino=loc.get("ino"))
+            t.update(describe_container(p))
+            return t
         return {
             "tool": "clockalign", "version": __version__, "host": socket.gethostname(),
             "kernel": os.uname().release, "argv": sys.argv,
             "driver": nvidia_driver_version(), "gpus": self.gpus,
             "clocks": clock_snapshot(),
             "mode": "spawn" if self.child else "pid",
-            "targets": [{"pid": p, "cmdline": self.opts.command if self.child else targets.cmdline(p),
-                         "libcuda": cuda_lib} for p in tgids],
+            "targets": [target(p) for p in tgids],
             "cuda_functions": {str(k): v[0] for k, v in CUDA_FUNCTIONS.items()},
             "cuda_attached": probes.attached_cuda, "cuda_missing": probes.missing_cuda,
+            "cuda_libraries": getattr(probes, "cuda_libraries", {}),
             "kinds": {str(int(k)): v for k, v in KIND_NAMES.items()},
             "event_dtype": str(EVENT_DTYPE.descr), "cflags": probes.cflags,
         }

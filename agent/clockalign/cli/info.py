@@ -4,6 +4,7 @@ import datetime
 import click
 import numpy as np
 
+from ..capture.container import label as container_label
 from ..errors import TruncatedRun
 from ..store.reader import RunReader
 from ..store.schema import KIND_NAMES, Chunk
@@ -46,7 +47,12 @@ def command(file):
     for t in _maps(m.get("targets")):
         cmd = t.get("cmdline")
         cmd = " ".join(map(str, cmd)) if isinstance(cmd, list) else str(cmd or "")
-        click.echo(f"target    pid {t.get('pid')}: {cmd[:100]}  libcuda {t.get('libcuda')}")
+        where = container_label(t)
+        lib = t.get("libcuda")
+        if t.get("libcuda_in_target") and t.get("libcuda_in_target") != lib:
+            lib = f"{t['libcuda_in_target']} (probed as {lib})"
+        click.echo(f"target    pid {t.get('pid')}{f' ({where})' if where else ''}: {cmd[:100]}"
+                   f"  libcuda {lib}")
     for g in _maps(m.get("gpus")):
         click.echo(f"gpu       {g.get('index')}: {g.get('name')} {g.get('uuid', '')}")
     click.echo("clocks    " + "  ".join(f"{k}={v}" for k, v in clocks.items()))

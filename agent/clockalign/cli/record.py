@@ -12,6 +12,7 @@ EPILOG = """\b
 Examples:
   sudo clockalign record --pid 1234 --duration 30 -o serve.ca
   sudo clockalign record --pid 1234 --pid 1240          # two processes, until Ctrl-C
+  sudo clockalign record --pid $(docker inspect -f '{{.State.Pid}}' triton)  # in a container
   sudo clockalign record -o run.ca -- python3 infer.py  # probes armed before it starts
   sudo clockalign record --no-cuda --pid 1234           # sched/connect only
   clockalign record --dump-bpf                          # print the BPF C and cflags
@@ -26,8 +27,8 @@ Examples:
               "write through a symbolic link.")
 @click.option("--duration", type=click.FloatRange(0, min_open=True),
               help="Stop after this many seconds (> 0).")
-@click.option("--libcuda", type=click.Path(dir_okay=False), help="libcuda to probe (default: "
-              "the one the target maps, or would load).")
+@click.option("--libcuda", type=click.Path(dir_okay=False), help="libcuda to probe, a path on "
+              "this host (default: the one each target maps, or would load, in its own root).")
 @click.option("--no-cuda", is_flag=True, help="Record without CUDA driver probes.")
 @click.option("--cuda-args", type=click.Choice(["full", "registers"]), default="full",
               show_default=True,
@@ -57,7 +58,13 @@ def command(pids, output, force, duration, libcuda, no_cuda, cuda_args, follow_c
             dump_bpf, command):
     """Record CUDA driver calls, context switches, connect(), Xids, GPU clocks and counters
     of running processes (--pid) or of a COMMAND given after --, until --duration,
-    Ctrl-C/SIGTERM or the targets' exit."""
+    Ctrl-C/SIGTERM or the targets' exit.
+
+    A process in a container is recorded from the host with --pid and its host pid: the
+    libcuda probed is the one it maps (or would load) inside its own root, and the run
+    file keeps its pid inside the container and its cgroup and container id (see
+    'clockalign info').  Spawn mode (-- COMMAND) runs the command on this host, never
+    inside a container: start the service in its container, then use --pid."""
     if dump_bpf:
         from ..capture.bpfprog import ProbeOptions, dump_bpf as dump
         click.echo(dump(ProbeOptions(cuda_lib=None if no_cuda else (libcuda or "libcuda.so.1"),
