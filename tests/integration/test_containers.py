@@ -51,14 +51,14 @@ def symbol_offset(lib, sym="cuLaunchKernel"):
 class Container:
     """The target in new mount and PID namespaces, its libcuda path bind-mounted to lib."""
 
-    def __init__(self, fakecuda, lib, *extra, cgroup_procs=None):
+    def __init__(self, fakecuda, lib, *extra, cgroup_procs=None, setup=None, env=None):
         host_lib = str(fakecuda / "libcuda.so.1")
-        script = (f"mount --bind {lib} {host_lib} && exec {fakecuda / 'target'} --wait "
-                  + " ".join(extra))
+        script = ((setup or f"mount --bind {lib} {host_lib}") +
+                  f" && exec {fakecuda / 'target'} --wait " + " ".join(extra))
         self.unshare = subprocess.Popen(
             ["unshare", "--mount", "--pid", "--fork", "--propagation", "private",
              "sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True, env=env_for(fakecuda))
+            text=True, env=env or env_for(fakecuda))
         line = self.unshare.stdout.readline()
         assert line.startswith("ready"), line
         self.nspid = int(line.split()[1])
@@ -230,5 +230,31 @@ def test_container_named_from_its_cgroup(fakecuda, variants, tmp_path, docker_li
         p = run_clockalign("info", str(out))
         line = next(ln for ln in p.stdout.splitlines() if ln.startswith("target"))
         assert f"container docker {cid[:12]}" in line, line
+    finally:
+        c.kill()
+
+
+def test_container_without_a_libcuda_inside_is_one_sentence(fakecuda, tmp_path):
+    """LD_LIBRARY_PATH names a directory that holds a libcuda on the host but, in the
+    target's mount namespace, nothing: refused in one sentence, not recorded without CUDA."""
+    from clockalign.capture.libcuda import resolve_like_loader
+    if resolve_like_loader({})[0]:
+        pytest.skip("this host has a libcuda in its default directories or ld.so.cache, "
+                    "which the unshared target (same root) would load")
+    d = tmp_path / "libdir"
+    d.mkdir()
+    shutil.copy(fakecuda / "libcuda.so.1", d / "libcuda.so.1")
+    env = {**env_for(fakecuda), "LD_LIBRARY_PATH": str(d)}
+    c = Container(fakecuda, None, "--dlopen", setup=f"mount -t tmpfs none {d}", env=env)
+    try:
+        p = run_clockalign("record", "--pid", str(c.pid), "-o", str(tmp_path / "x.ca"), *BASE,
+                           "--duration", "1")
+        assert p.returncode != 0 and "Traceback" not in p.stderr
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        assert lines[0].startswith(f"clockalign: process {c.pid} has not loaded libcuda and "
+                                   "none can be found the way its loader would look inside "
+                                   "its root"), lines
+        assert not (tmp_path / "x.ca").exists()
     finally:
         c.kill()
