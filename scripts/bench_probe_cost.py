@@ -227,7 +227,9 @@ class Recording:
         early = self.p.returncode is not None
         ru = None
         if not early:
-            self.p.send_signal(signal.SIGINT)
+            # os.kill, not Popen.send_signal: that polls first and would reap a recorder
+            # that already ended by itself, leaving wait4 nothing to report
+            os.kill(self.p.pid, signal.SIGINT)
             _, status, ru = os.wait4(self.p.pid, 0)
             self.p.returncode = os.waitstatus_to_exitcode(status)
         err = self.p.stderr.read()
