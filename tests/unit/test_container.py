@@ -8,7 +8,8 @@ import subprocess
 import pytest
 
 from clockalign.capture import container, libcuda
-from clockalign.capture.container import container_of, label, pick_cgroup
+from clockalign.capture.container import container_of, pick_cgroup
+from clockalign.store.meta import target_label as label
 
 CID = "3f" * 32
 UID = "1c2d3e4f-aaaa-bbbb-cccc-0123456789ab"

@@ -4,7 +4,7 @@ import datetime
 import click
 import numpy as np
 
-from ..capture.container import label as container_label
+from ..store.meta import target_label as container_label
 from ..errors import TruncatedRun
 from ..store.reader import RunReader
 from ..store.schema import KIND_NAMES, Chunk

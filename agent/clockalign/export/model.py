@@ -32,6 +32,7 @@ import os
 import numpy as np
 
 from ..store import cuda_api
+from ..store.meta import target_label
 from ..store.schema import CUDA_FUNCTIONS, Kind, task_state_name
 from . import decode
 
@@ -406,7 +407,8 @@ class TraceModel:
             if isinstance(t, dict) and t.get("pid"):
                 cmd = t.get("cmdline") or ""
                 cmd = " ".join(map(str, cmd)) if isinstance(cmd, (list, tuple)) else str(cmd)
-                processes[int(t["pid"])] = cmd
+                where = target_label(t)
+                processes[int(t["pid"])] = f"{cmd} [{where}]" if where else cmd
         self.tracks = Tracks(dict(tl.threads or {}), processes)
         self.lanes = Lanes(self.tracks)
         self.strings = Strings()

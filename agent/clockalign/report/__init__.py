@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import ClockalignError
 from . import analysis, anomaly, figures
+from ..store.meta import target_label
 from .collect import collect
 from .render import Table, fmt_count, fmt_ns, fmt_pct, fmt_t, fmt_z
 
@@ -70,8 +71,12 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
     head = (f"host {m.get('host', '?')}, kernel {m.get('kernel', '?')}, driver "
             f"{m.get('driver', '?')}; {dur:.3f} s on MONOTONIC; {state}")
     ev_line = f"events: {fmt_count(data.events)} ({_kind_counts_line(data.counts)})"
-    text.append(f"clockalign report: {tl.path}\n  {head}\n  {ev_line}")
+    tgt = [f"target pid {t.get('pid')}" + (f" ({target_label(t)})" if target_label(t) else "")
+           for t in m.get("targets") or [] if isinstance(t, dict)]
+    text.append(f"clockalign report: {tl.path}\n  {head}\n  {ev_line}" +
+                "".join(f"\n  {x}" for x in tgt))
     md.append(f"# clockalign report: `{os.path.basename(str(tl.path))}`\n\n{head}.\n\n{ev_line}.\n"
+              + "".join(f"\n{x}.\n" for x in tgt) +
               "\nTimes are seconds since the start of the run on CLOCK_MONOTONIC.\n")
     nums["run"] = {"start_ns": t0, "end_ns": t1, "events": data.events, "counts": data.counts,
                    "truncated": tl.truncated}
