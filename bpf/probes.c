@@ -174,21 +174,6 @@ static __always_inline void cuda_fill(struct pt_regs *ctx, struct ca_event *e, u
 #endif
 }
 
-/* deref_a0: a0 is an out-parameter (CUdeviceptr *, handle *), replaced by what the call
- * wrote there when it succeeded */
-static __always_inline int cuda_return(struct pt_regs *ctx, u32 fn, int deref_a0)
-{
-    u64 now = bpf_ktime_get_ns();
-    u64 pt = bpf_get_current_pid_tgid();
-    struct ca_call *c = cuda_top(call_slot((u32)pt), (u32)pt, fn);
-    if (!c)
-        return 0;
-    EVENT(e, CA_KIND_CUDA);
-    cuda_fill(ctx, e, pt, c, now, fn, deref_a0);
-    submit(ctx, e);
-    return 0;
-}
-
 static __always_inline u64 stack_arg(struct pt_regs *ctx, int n)
 {
     /* x86-64 SysV: at a function's first instruction, sp -> return address, and
@@ -285,7 +270,7 @@ static __always_inline int memcpy3d_enter(struct pt_regs *ctx, u32 fn, u64 strea
                       c.src_type | ((u64)c.dst_type << 8));
 }
 
-/* cuda_return, and the C string whose pointer the entry kept in a[slot] copied into data
+/* The CUDA record of a return, and the C string whose pointer the entry kept in a[slot] (if slot >= 0) copied into data
  * (cuModuleGetFunction's kernel name).  These calls are rare: a path of their own. */
 static __always_inline int cuda_return_str(struct pt_regs *ctx, u32 fn, int deref_a0,
                                            int slot)
@@ -301,6 +286,13 @@ static __always_inline int cuda_return_str(struct pt_regs *ctx, u32 fn, int dere
         CUDA_READ_STR(e->data, CA_DATA_LEN, (void *)c->a[slot]);
     submit(ctx, e);
     return 0;
+}
+
+/* deref_a0: a0 is an out-parameter (CUdeviceptr *, handle *), replaced by what the call
+ * wrote there when it succeeded */
+static __always_inline int cuda_return(struct pt_regs *ctx, u32 fn, int deref_a0)
+{
+    return cuda_return_str(ctx, fn, deref_a0, -1);
 }
 
 /* The enter_X / return_X stub of each function comes from store/cuda_api.py, appended
