@@ -270,8 +270,8 @@ static __always_inline int memcpy3d_enter(struct pt_regs *ctx, u32 fn, u64 strea
                       c.src_type | ((u64)c.dst_type << 8));
 }
 
-/* The CUDA record of a return, and the C string whose pointer the entry kept in a[slot] (if slot >= 0) copied into data
- * (cuModuleGetFunction's kernel name).  These calls are rare: a path of their own. */
+/* The CUDA record of a return; with slot >= 0, the C string whose pointer the entry kept
+ * in a[slot] copied into data (cuModuleGetFunction's kernel name, a module's file name). */
 static __always_inline int cuda_return_str(struct pt_regs *ctx, u32 fn, int deref_a0,
                                            int slot)
 {
