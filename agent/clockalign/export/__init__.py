@@ -10,6 +10,7 @@ Trace Event Format; model.py decides tracks, lanes and what each event shows, fo
 import os
 
 from ..errors import ClockalignError
+from ..store.writer import open_private
 
 FORMATS = ("perfetto", "chrome-json")
 EXTENSIONS = {"perfetto": ".pftrace", "chrome-json": ".json"}
@@ -25,7 +26,7 @@ def export_run(tl, out, fmt: str = "perfetto", progress=None) -> dict:
         from .chrome_json import write_chrome_json as write
     tmp = f"{out}.partial"
     try:
-        with open(tmp, "wb") as f:
+        with open_private(tmp, "wb") as f:        # 0600, the sudo user's: like the run file
             stats = write(tl, f, progress=progress)
         os.replace(tmp, out)
     except OSError as e:

@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import ClockalignError
 from . import analysis, anomaly, figures
 from ..store.meta import target_label
+from ..store.writer import open_private
 from .collect import collect
 from .render import Table, fmt_count, fmt_ns, fmt_pct, fmt_t, fmt_z
 
@@ -328,9 +329,9 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
             (f"\n![anomalies]({fig})\n" if fig else ""))
 
     markdown = "".join(md)
-    with open(os.path.join(out_dir, "report.md"), "w") as fh:
+    with open_private(os.path.join(out_dir, "report.md"), "w") as fh:
         fh.write(markdown)
-    with open(os.path.join(out_dir, "report.json"), "w") as fh:
+    with open_private(os.path.join(out_dir, "report.json"), "w") as fh:
         json.dump(nums, fh, indent=1, default=_json_default)
         fh.write("\n")
     files = ["report.md", "report.json"] + files

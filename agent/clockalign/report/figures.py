@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ..store.writer import open_private  # noqa: E402
+
 DPI = 110
 FAULT_COLORS = {"xid": "crimson", "cuda_error": "darkorange", "cuda_sticky_error": "orange",
                 "connect_error": "purple", "throttle": "goldenrod", "exit": "black",
@@ -35,7 +37,8 @@ def _mark_faults(ax, faults, t0, label=True):
 def _save(fig, out_dir, name) -> str:
     path = os.path.join(out_dir, name)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    with open_private(path, "wb") as fh:          # 0600, the sudo user's: like the run file
+        fig.savefig(fh, dpi=DPI, format="png")
     plt.close(fig)
     return name
 
