@@ -46,6 +46,17 @@ def _capabilities() -> int:
     return 0
 
 
+def check_architecture() -> Check:
+    """The probes read x86-64 registers and the SysV stack layout (stack_arg, launch_enter),
+    and perfbuf/uprobe_multi call perf_event_open and bpf by their x86-64 numbers."""
+    machine = os.uname().machine
+    if machine == "x86_64":
+        return Check("architecture", True, "x86-64")
+    return Check("architecture", False, f"this host is {machine}; clockalign's probes are "
+                 "written for x86-64 only (register and stack layout, syscall numbers)",
+                 "record on an x86-64 host; run files from anywhere can be read here")
+
+
 def check_privileges() -> Check:
     caps = _capabilities()
     if os.geteuid() == 0 and caps & (1 << CAP_SYS_ADMIN):
@@ -164,7 +175,8 @@ def check_gpu_clock() -> Check:
 
 def _check_steps(pid=None, libcuda=None, needs_cuda=True, full=True):
     """Checks in order, as callables, so `require` stops at the first failure."""
-    steps = [check_privileges, check_tracefs, check_bcc, check_headers, check_tracepoints]
+    steps = [check_architecture, check_privileges, check_tracefs, check_bcc, check_headers,
+             check_tracepoints]
     if needs_cuda:
         steps += [check_uprobes, lambda: check_libcuda(pid, libcuda, required=False)]
     if full:

@@ -238,6 +238,9 @@ class Recorder:
                     if self.child:
                         self.child.release()
                     self._loop(probes, tgids)
+                except BaseException as e:    # the trailer says why; the error still shows
+                    self.stop_reason = self.stop_reason or f"error: {type(e).__name__}: {e}"
+                    raise
                 finally:
                     self._finish(probes, tgids, helpers)
         finally:

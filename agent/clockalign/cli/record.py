@@ -73,6 +73,10 @@ def command(pids, output, force, duration, libcuda, no_cuda, cuda_args, follow_c
         return
     if counter_interval < 0.01:
         raise click.BadParameter("must be >= 0.01 s", param_hint="--counter-interval")
+    if not no_gpu_clock and gpu_clock_pings < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--gpu-clock-pings")
+    if not no_gpu_clock and not gpu_clock_period > 0:
+        raise click.BadParameter("must be more than 0 s", param_hint="--gpu-clock-period")
     _check_ring_memory(ring_mb)
     opts = RecordOptions(output=output, force=force, pids=list(pids), command=list(command) or None,
                          duration=duration, libcuda=libcuda, cuda=not no_cuda,
