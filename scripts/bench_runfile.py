@@ -116,10 +116,15 @@ def write_file(path, ev_batches, version, meta=None, extra=None):
     return spent, n
 
 
-def read_time(path):
-    t = time.perf_counter()
-    n = sum(len(b) for b in RunReader(path).iter_events())
-    return time.perf_counter() - t, n
+def read_time(path, repeat=1):
+    """Best of `repeat` passes of RunReader(path).iter_events(), open included."""
+    best = None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        n = sum(len(b) for b in RunReader(path).iter_events())
+        dt = time.perf_counter() - t
+        best = dt if best is None else min(best, dt)
+    return best, n
 
 
 def dump_time(path, repeat=1):
@@ -157,13 +162,13 @@ def copy_run(src, dst, version):
     return spent, n
 
 
-def measure(label, make, tmp, dump_repeat):
+def measure(label, make, tmp, dump_repeat, decode_repeat=1):
     row = {"input": label}
     outs = {}
     for v in (1, 2):
         path = os.path.join(tmp, f"bench-v{v}.ca")
         enc_s, n = make(path, v)
-        dec_s, n2 = read_time(path)
+        dec_s, n2 = read_time(path, decode_repeat)
         assert n2 == n, (n, n2)
         size = sum(ln for _, ln in RunReader(path).chunk_sizes(Chunk.EVENTS))
         d_s, out = dump_time(path, dump_repeat)
@@ -184,33 +189,55 @@ def main():
     ap.add_argument("--batch", type=int, default=50_000,
                     help="events per chunk (the recorder writes one chunk per ring read)")
     ap.add_argument("--dump-repeat", type=int, default=1)
+    ap.add_argument("--decode-repeat", type=int, default=5,
+                    help="decode passes per file; the best is reported (a loaded VM is noisy)")
     ap.add_argument("--tmp", default="/tmp")
     ap.add_argument("--out", help="directory for runfile.json and runfile.md")
+    ap.add_argument("--note", help="a paragraph written into runfile.md under the command")
     a = ap.parse_args()
+    load_before = os.getloadavg()
     ev = launch_storm(a.events)
     rows = [measure(f"synthetic launch storm, {a.events:,} events, {a.batch:,} per chunk",
-                    lambda p, v: write_file(p, batches(ev, a.batch), v), a.tmp, a.dump_repeat)]
+                    lambda p, v: write_file(p, batches(ev, a.batch), v), a.tmp, a.dump_repeat,
+                    a.decode_repeat)]
     for src in sorted(glob.glob(os.path.join(ROOT, "tests", "data", "**", "*.ca"),
                             recursive=True)):
         r = RunReader(src)
         if not r.clean or not sum(1 for _ in r.chunk_sizes(Chunk.EVENTS)):
             continue
         rows.append(measure(os.path.relpath(src, ROOT),
-                            lambda p, v, s=src: copy_run(s, p, v), a.tmp, a.dump_repeat))
+                            lambda p, v, s=src: copy_run(s, p, v), a.tmp, a.dump_repeat,
+                            a.decode_repeat))
     for row in rows:
         print(json.dumps(row))
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         doc = {"machine": {"host": platform.node(), "cpus": os.cpu_count(),
                            "cpu": _cpu_model(), "python": platform.python_version(),
-                           "numpy": np.__version__, "zstandard": _zstd_version()},
-               "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
+                           "numpy": np.__version__, "zstandard": _zstd_version(),
+                           "load_avg_before": [round(x, 2) for x in load_before],
+                           "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
+               "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + _without_note(
+                   sys.argv[1:])),
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "results": rows}
+               "note": a.note, "results": rows}
         with open(os.path.join(a.out, "runfile.json"), "w") as f:
             json.dump(doc, f, indent=1)
         with open(os.path.join(a.out, "runfile.md"), "w") as f:
             f.write(markdown(doc))
+
+
+def _without_note(argv):
+    """The command line less --note's text (written into the md on its own)."""
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x == "--note":
+            skip = True
+        elif not x.startswith("--note="):
+            out.append(x)
+    return out
 
 
 def _cpu_model():
@@ -236,10 +263,20 @@ def markdown(doc):
     s.write(f"Machine: {m['host']}, {m['cpus']} CPUs ({m['cpu']}), Python {m['python']}, "
             f"numpy {m['numpy']}, zstandard {m['zstandard']}. Date: {doc['date']}.\n\n")
     s.write(f"Command: `.venv/bin/python {doc['command']}`\n\n")
+    if "load_avg_before" in m:
+        busy = max(m["load_avg_before"][0], m["load_avg_after"][0]) > 0.5 * m["cpus"]
+        s.write(f"Load average (1, 5, 15 min) before the run {m['load_avg_before']}, after "
+                f"{m['load_avg_after']}" + (
+                    ": other work was running on the machine, so absolute rates are low and "
+                    "noisy; v1 and v2 of each input ran back to back under the same load"
+                    if busy else "") + ".\n\n")
+    if doc.get("note"):
+        s.write(doc["note"].strip() + " (given with --note)\n\n")
     s.write("Bytes per event count the EVENTS chunks (headers included); encode is the time "
             "inside `RunWriter.write_columns` and decode the time of `RunReader.iter_events` "
-            "over the file, both on one thread; dump is the wall time of `clockalign dump "
-            "FILE > /dev/null` (whole process).\n\n")
+            "over the file (open included, best of --decode-repeat passes), both on one "
+            "thread; dump is the wall time of `clockalign dump FILE > /dev/null` (whole "
+            "process).\n\n")
     s.write("| input | events | v1 B/event | v2 B/event | v1 encode ev/s | v2 encode ev/s | "
             "v1 decode ev/s | v2 decode ev/s | v1 dump s | v2 dump s | dump identical |\n")
     s.write("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
