@@ -56,10 +56,19 @@ static __always_inline void count_drop(u32 kind)
     struct ca_event *e = &e##_rec; \
     e->kind = (k)
 
+/* set by user space once every CPU's buffer is in the events map: the tracepoints run from
+ * the moment BCC loads them, and a record sent before then has nowhere to go (-ENOENT) but
+ * belongs to no recording yet */
+BPF_ARRAY(armed, u32, 1);
+
 static __always_inline void submit(void *ctx, struct ca_event *e)
 {
-    if (events.perf_submit(ctx, e, sizeof(*e)) < 0)
-        count_drop(e->kind);
+    if (events.perf_submit(ctx, e, sizeof(*e)) < 0) {
+        int zero = 0;
+        u32 *on = armed.lookup(&zero);
+        if (on && *on)
+            count_drop(e->kind);
+    }
 }
 
 static __always_inline void stamp_task(struct ca_event *e)

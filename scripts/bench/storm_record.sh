@@ -9,6 +9,7 @@ gcc -O2 -o "$O/storm" scripts/bench/storm.c -ldl -lpthread
 gcc -shared -fPIC -O0 -fcf-protection=none -o "$O/lib/libcuda.so.1" scripts/bench/stormlib.c
 args=(--lib "$O/lib/libcuda.so.1" --threads "$T" --seconds "$S" --wait)
 [ "$R" != 0 ] && args+=(--rate "$R")
+rm -f "$O/storm-$T-$R.ca"
 coproc ST { "$O/storm" "${args[@]}"; }
 read -u "${ST[0]}" _ pid
 PYTHONPATH=agent${PYTHONPATH:+:$PYTHONPATH} python3 -m clockalign.cli.main record --pid "$pid" \

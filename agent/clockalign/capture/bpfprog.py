@@ -152,6 +152,8 @@ class Probes:
             self.close()
             raise ClockalignError(f"could not open the per-CPU event buffers ({e}); "
                                   "lower --ring-mb") from None
+        import ctypes
+        self._bpf["armed"][ctypes.c_int(0)] = ctypes.c_uint32(1)   # failures count from here
 
     def _compile(self, BPF, flags):
         try:
