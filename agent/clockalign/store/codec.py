@@ -81,19 +81,27 @@ LAYOUTS = {1: [_layout(n, EVENT_DTYPE[n]) for n in EVENT_DTYPE.names]}
 _LAYOUT_IDS = {tuple(v): k for k, v in LAYOUTS.items()}
 
 
-def encode_columns(cols: dict) -> dict:
-    """Columns of equal length -> {"n", "codec", "layout" or "cols", "sizes", "z"}.
-
-    ``cols`` spells the layout as [[name, dtype, how], ...] unless it is a named one;
-    ``sizes`` gives the stored bytes of each sparse column, in order."""
-    n = None
-    spec, parts, sizes = [], [], []
+def equal_columns(cols: dict):
+    """(rows, {name: contiguous array}); ValueError unless every column has as many rows."""
+    out, n = {}, None
     for name, arr in cols.items():
         arr = np.ascontiguousarray(arr)
         if n is None:
             n = len(arr)
         elif len(arr) != n:
             raise ValueError(f"column {name} has {len(arr)} rows, expected {n}")
+        out[name] = arr
+    return n or 0, out
+
+
+def encode_columns(cols: dict) -> dict:
+    """Columns of equal length -> {"n", "codec", "layout" or "cols", "sizes", "z"}.
+
+    ``cols`` spells the layout as [[name, dtype, how], ...] unless it is a named one;
+    ``sizes`` gives the stored bytes of each sparse column, in order."""
+    n, cols = equal_columns(cols)
+    spec, parts, sizes = [], [], []
+    for name, arr in cols.items():
         dt = arr.dtype
         if dt.byteorder == ">":
             arr = arr.astype(dt.newbyteorder("<"))

@@ -33,7 +33,6 @@ import time
 import zlib
 
 import msgpack
-import numpy as np
 
 from ..errors import ClockalignError, RunFileWriteError
 from . import codec
@@ -51,16 +50,8 @@ WRITABLE_VERSIONS = (1, 2)
 
 def encode_columns(cols: dict) -> dict:
     """Format-1 columnar payload: each numpy column as (dtype string, raw bytes)."""
-    n = None
-    enc = {}
-    for name, arr in cols.items():
-        arr = np.ascontiguousarray(arr)
-        if n is None:
-            n = len(arr)
-        elif len(arr) != n:
-            raise ValueError(f"column {name} has {len(arr)} rows, expected {n}")
-        enc[name] = [arr.dtype.str, arr.tobytes()]
-    return {"n": n or 0, "cols": enc}
+    n, cols = codec.equal_columns(cols)
+    return {"n": n, "cols": {name: [arr.dtype.str, arr.tobytes()] for name, arr in cols.items()}}
 
 
 def chunk_crc(version: int, ctype: int, body) -> int:
