@@ -565,3 +565,32 @@ def test_bench_script_runs(tmp_path):
     for r in doc["results"].values():
         assert r["peak_rss_mb"] >= r["peak_anon_mb"] > 0
     assert "events/s" in (tmp_path / "export-bench.md").read_text()
+
+
+def test_two_exports_concatenate_without_id_collisions(tmp_path):
+    """`cat a.pftrace b.pftrace` must not merge tracks or sequences of different runs, nor
+    take the small sequence ids traced's own writers use."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+    from clockalign.export import export_run
+    from clockalign.timeline import Timeline
+    here = os.path.dirname(__file__)
+    runs = [os.path.join(here, "..", "data", "synthetic-report", "run.ca"),
+            os.path.join(here, "..", "data", "gpu-h200", "reference.ca")]
+    ids, counts = [], []
+    blob = b""
+    for i, run in enumerate(runs):
+        out = tmp_path / f"{i}.pftrace"
+        export_run(Timeline.open(run), str(out), "perfetto")
+        data = out.read_bytes()
+        blob += data
+        t = Trace()
+        t.ParseFromString(data)
+        seqs = {p.trusted_packet_sequence_id for p in t.packet}
+        uuids = {p.track_descriptor.uuid for p in t.packet if p.HasField("track_descriptor")}
+        assert min(seqs) >= 1 << 30 and uuids
+        ids.append((seqs, uuids))
+        counts.append(len(t.packet))
+    assert not ids[0][0] & ids[1][0] and not ids[0][1] & ids[1][1]
+    both = Trace()
+    both.ParseFromString(blob)                 # one valid trace: the packets of both
+    assert len(both.packet) == sum(counts)

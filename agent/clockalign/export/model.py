@@ -111,13 +111,32 @@ class Track:
 
 PSEUDO = 1 << 30   # pseudo pid/tid for tracks Chrome JSON has no notion of (lanes, GPUs)
 
+# Perfetto ids that another trace concatenated with ours (`cat run.pftrace system.pftrace`)
+# does not use: traced numbers its writers' sequences 1, 2, ... and its track uuids are
+# hashes, so clockalign's sequences start at 2^30 plus a window chosen by the run, and its
+# uuids carry a 40-bit run salt above the track index.
+SEQ_BASE = 1 << 30
+
+
+def run_salt(meta: dict) -> int:
+    """40 bits that differ between runs (host, start clocks, targets): two exports of
+    different runs get disjoint uuids and, but for 1 in 16384, disjoint sequence windows."""
+    import hashlib
+    import json
+    key = json.dumps([meta.get("host"), meta.get("clocks"), meta.get("targets")],
+                     sort_keys=True, default=str)
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=5).digest(), "little")
+
 
 class Tracks:
     """Every track of the trace, created on first use; parents are created first."""
 
-    def __init__(self, threads: dict, processes: dict):
+    def __init__(self, threads: dict, processes: dict, salt: int = 0):
         self.threads = threads
         self.processes = processes
+        self.uuid_base = (salt & ((1 << 40) - 1)) << 24
+        self.seq_base = SEQ_BASE + ((salt & 0x3FFF) << 16)
+        self.clock_seq = self.seq_base + 1     # the clock snapshot's sequence
         self.all = []
         self.by_key = {}
         self.new = []          # created since the last take_new()
@@ -132,8 +151,8 @@ class Tracks:
         return self._pseudo
 
     def _add(self, key, **kw) -> Track:
-        t = Track(idx=len(self.all), uuid=(0xCA << 20) + len(self.all) + 1, **kw)
-        t.seq = t.idx + 2              # sequence 1 is the clock snapshot's
+        t = Track(idx=len(self.all), uuid=self.uuid_base + len(self.all) + 1, **kw)
+        t.seq = self.seq_base + t.idx + 2
         self.all.append(t)
         self.by_key[key] = t
         self.new.append(t)
@@ -409,7 +428,7 @@ class TraceModel:
                 cmd = " ".join(map(str, cmd)) if isinstance(cmd, (list, tuple)) else str(cmd)
                 where = target_label(t)
                 processes[int(t["pid"])] = f"{cmd} [{where}]" if where else cmd
-        self.tracks = Tracks(dict(tl.threads or {}), processes)
+        self.tracks = Tracks(dict(tl.threads or {}), processes, run_salt(tl.meta or {}))
         self.lanes = Lanes(self.tracks)
         self.strings = Strings()
         self.counts = {}              # kind -> events exported

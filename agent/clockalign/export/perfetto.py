@@ -36,7 +36,6 @@ from .model import (ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR, V_UINT,
 MONOTONIC = BuiltinClock.BUILTIN_CLOCK_MONOTONIC
 CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 NEEDS = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
-CLOCK_SEQ = 1
 
 _WIRE = {_fd.FieldDescriptor.TYPE_FIXED64: 1, _fd.FieldDescriptor.TYPE_DOUBLE: 1,
          _fd.FieldDescriptor.TYPE_SFIXED64: 1, _fd.FieldDescriptor.TYPE_MESSAGE: 2,
@@ -334,7 +333,8 @@ def write_perfetto(tl, f, progress=None, batch_rows=None) -> dict:
     model.set_chains(faults)
     w = PerfettoWriter(f, model)
     snap = clock_snapshot(tl)
-    w.packet(TracePacket(trusted_packet_sequence_id=CLOCK_SEQ, clock_snapshot=ClockSnapshot(
+    w.packet(TracePacket(trusted_packet_sequence_id=model.tracks.clock_seq,
+                         clock_snapshot=ClockSnapshot(
         clocks=[ClockSnapshot.Clock(clock_id=cid, timestamp=ts) for cid, ts in snap.clocks])))
     stream(model, w, progress)
     cnt = tl.counters()
