@@ -11,6 +11,8 @@ from clockalign.store.reader import RunReader
 from clockalign.store.schema import EVENT_DTYPE, Chunk, Kind
 from clockalign.store.writer import RunWriter
 
+from .runfiles import copy_run
+
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 
 
@@ -201,18 +203,7 @@ def test_v1_recordings_read_and_dump_the_same_after_rewriting_in_v2(src, tmp_pat
     assert r.version == 1
     code1, out1 = _dump(src, capsys)
     p = tmp_path / "v2.ca"
-    w = RunWriter(p, r.meta)
-    for ctype, payload in r.iter_chunks():
-        if ctype == Chunk.TRAILER:
-            continue
-        if "rows" in payload:
-            w.write_rows(ctype, payload["rows"])
-        else:
-            w.write_columns(ctype, r.decode_payload(payload))
-    if r.clean:
-        w.close({k: v for k, v in r.trailer.items() if k != "chunks"})
-    else:
-        w.flush()
+    copy_run(src, p, 2)
     assert RunReader(p).version == 2
     code2, out2 = _dump(p, capsys)
     assert out2 == out1 and code2 == code1
