@@ -74,17 +74,31 @@ static __always_inline struct val *slot(u32 tid, int create)
 #endif
 }
 
-int enter(struct pt_regs *ctx)
+static __always_inline int is_target(u32 tgid)
 {
+    return targets.lookup(&tgid) != NULL;    /* BCC allows no map call inside a macro */
+}
+
+/* stages 2 and 3, the same at entry and return: the target filter, then the clock */
 #if STAGE >= 2
-    u64 pt = bpf_get_current_pid_tgid();
-    u32 tgid = pt >> 32;
-    if (!targets.lookup(&tgid))
-        return 0;
+#define FILTER() \
+    u64 pt = bpf_get_current_pid_tgid(); \
+    u32 tgid = pt >> 32; \
+    if (!is_target(tgid)) \
+        return 0
+#else
+#define FILTER() do { } while (0)
 #endif
 #if STAGE >= 3
-    u64 ts = bpf_ktime_get_ns();
+#define CLOCK(t) u64 t = bpf_ktime_get_ns()
+#else
+#define CLOCK(t) do { } while (0)
 #endif
+
+int enter(struct pt_regs *ctx)
+{
+    FILTER();
+    CLOCK(ts);
 #if STAGE >= 4
     struct val *v = slot((u32)pt, 1);
     if (!v) {
@@ -107,15 +121,8 @@ int enter(struct pt_regs *ctx)
 
 int ret(struct pt_regs *ctx)
 {
-#if STAGE >= 2
-    u64 pt = bpf_get_current_pid_tgid();
-    u32 tgid = pt >> 32;
-    if (!targets.lookup(&tgid))
-        return 0;
-#endif
-#if STAGE >= 3
-    u64 now = bpf_ktime_get_ns();
-#endif
+    FILTER();
+    CLOCK(now);
 #if STAGE >= 4
     struct val *v = slot((u32)pt, 0);
     if (!v || v->tid != (u32)pt || v->fn != 1)
