@@ -12,7 +12,7 @@ args=(--lib "$O/lib/libcuda.so.1" --threads "$T" --seconds "$S" --wait)
 rm -f "$O/storm-$T-$R.ca"
 coproc ST { "$O/storm" "${args[@]}"; }
 read -u "${ST[0]}" _ pid
-PYTHONPATH=agent${PYTHONPATH:+:$PYTHONPATH} python3 -m clockalign.cli.main record --pid "$pid" \
+PYTHONPATH=agent${PYTHONPATH:+:$PYTHONPATH} python3 -X faulthandler -m clockalign.cli.main record --pid "$pid" \
     --libcuda "$O/lib/libcuda.so.1" -o "$O/storm-$T-$R.ca" --quiet > "$O/rec-$T-$R.txt" 2>&1 &
 rp=$!
 while [ ! -f "$O/storm-$T-$R.ca" ] && kill -0 $rp 2>/dev/null; do sleep 0.1; done; sleep 0.5

@@ -1,6 +1,10 @@
 """Format 2's compact columns: lossless on any values, same dump as format 1, small on launches."""
 import glob
 import os
+import pathlib
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -12,6 +16,8 @@ from clockalign.store.schema import EVENT_DTYPE, Chunk, Kind
 from clockalign.store.writer import RunWriter
 
 from .runfiles import copy_run
+
+AGENT = pathlib.Path(__file__).resolve().parents[2] / "agent"
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 
@@ -209,3 +215,36 @@ def test_v1_recordings_read_and_dump_the_same_after_rewriting_in_v2(src, tmp_pat
     assert out2 == out1 and code2 == code1
     if r.clean:
         assert code1 == 0
+
+
+def test_threads_encode_and_decode_at_once():
+    """The recorder's loop, clock probe and counter sampler encode chunks at the same time: a
+    zstd context shared between threads crashed the recorder (SIGSEGV, seen on the H200 storm).
+    Run in a child so that a crash fails this test instead of ending pytest."""
+    code = textwrap.dedent("""
+        import threading, numpy as np
+        from clockalign.store import codec
+        from clockalign.store.schema import EVENT_DTYPE
+        rng = np.random.default_rng(1)
+        ev = np.zeros(200_000, EVENT_DTYPE)
+        ev["ts"] = np.cumsum(rng.integers(1, 900, len(ev)))
+        ev["a0"] = rng.integers(0, 1 << 40, len(ev))
+        cols = {n: ev[n] for n in EVENT_DTYPE.names}
+        want = codec.encode_columns(cols)
+        bad = []
+        def work():
+            for _ in range(15):
+                p = codec.encode_columns(cols)
+                if p["z"] != want["z"]:
+                    bad.append("encode")
+                out = codec.decode_columns(p)
+                if not np.array_equal(out["ts"], ev["ts"]):
+                    bad.append("decode")
+        ts = [threading.Thread(target=work) for _ in range(4)]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        print("bad", len(bad))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(AGENT)})
+    assert r.returncode == 0, f"child ended {r.returncode}: {r.stderr[-2000:]}"
+    assert r.stdout.split() == ["bad", "0"], r.stdout + r.stderr

@@ -28,6 +28,8 @@ faster than format 1's per-field copies (results/runfile/runfile.md).
     payload = encode_columns({"ts": ts, "dur": dur})    # msgpack-able dict
     cols = decode_columns(payload)                      # {"ts": ndarray, "dur": ndarray}
 """
+import threading
+
 import numpy as np
 import zstandard
 
@@ -38,8 +40,24 @@ LEVEL = 1
 DELTA_COLUMNS = frozenset({"ts", "t0", "t1", "remote", "t_ns"})
 MAX_ROWS = 1 << 21     # rows per chunk: bounds what a crafted chunk can make a reader allocate
 
-_cctx = zstandard.ZstdCompressor(level=LEVEL)
-_dctx = zstandard.ZstdDecompressor()
+# zstandard's contexts must not be used by two threads at once (the recorder's loop, clock
+# probe and counter sampler all write chunks; a shared compressor crashed the recorder with
+# SIGSEGV under load), so each thread has its own.
+_contexts = threading.local()
+
+
+def _cctx() -> zstandard.ZstdCompressor:
+    c = getattr(_contexts, "c", None)
+    if c is None:
+        c = _contexts.c = zstandard.ZstdCompressor(level=LEVEL)
+    return c
+
+
+def _dctx() -> zstandard.ZstdDecompressor:
+    d = getattr(_contexts, "d", None)
+    if d is None:
+        d = _contexts.d = zstandard.ZstdDecompressor()
+    return d
 
 
 class CodecError(ValueError):
@@ -127,7 +145,7 @@ def encode_columns(cols: dict) -> dict:
     else:
         payload["layout"] = lid
     payload["sizes"] = sizes
-    payload["z"] = _cctx.compress(b"".join(parts))
+    payload["z"] = _cctx().compress(b"".join(parts))
     return payload
 
 
@@ -298,7 +316,7 @@ def _sparse_rows(raw: np.ndarray, n: int, w: int, name: str):
 
 def _decompress(payload: dict, total: int) -> bytes:
     try:
-        buf = _dctx.decompress(payload["z"], max_output_size=total) if total else b""
+        buf = _dctx().decompress(payload["z"], max_output_size=total) if total else b""
     except zstandard.ZstdError as e:
         raise CodecError(f"compact payload does not decompress ({e})") from None
     if len(buf) != total:
