@@ -2,9 +2,11 @@
 import struct
 
 import numpy as np
+import pytest
 
 from clockalign.capture.perfbuf import (PERF_RECORD_LOST, PERF_RECORD_SAMPLE, parse_samples,
                                         per_cpu_size, sample_dtype)
+from clockalign.native import batch as native_batch
 from clockalign.store.schema import EVENT_DTYPE
 
 
@@ -57,3 +59,53 @@ def test_per_cpu_size_is_a_power_of_two_pages():
         pages = size // 4096
         assert size % 4096 == 0 and pages & (pages - 1) == 0
         assert size <= max(4096, total // ncpu)
+
+
+def _ring(records: bytes, size: int, at: int):
+    """A perf ring's data area of size bytes holding records from absolute position at
+    (so that they wrap around the end when at + len > size)."""
+    data = bytearray(size)
+    for i, b in enumerate(records):
+        data[(at + i) % size] = b
+    return np.frombuffer(bytes(data), np.uint8).copy()
+
+
+@pytest.mark.skipif(not native_batch.available(),
+                    reason=f"native batch helper not built: {native_batch.why_unavailable()}")
+@pytest.mark.parametrize("at", [0, 4096 - 144 * 3 - 20, 4096 - 7, 8192 * 3 + 100])
+def test_native_drain_matches_the_numpy_parser_across_the_wrap(at):
+    recs = (b"".join(_sample(t) for t in range(1, 6)) + _lost(1234) + _sample(6)
+            + _lost(5) + b"".join(_sample(t) for t in range(7, 20)))
+    size = 4096
+    ring = _ring(recs, size, at)
+    out = np.empty(len(recs) // 140 + 1, EVENT_DTYPE)
+    ts = np.empty(len(out), np.uint64)
+    got, lost, bad = native_batch.drain_into(ring.ctypes.data, size, at, at + len(recs),
+                                             out, ts, 0)
+    parts, want_lost = parse_samples(recs, sample_dtype(EVENT_DTYPE))
+    want = np.concatenate(parts)
+    assert (got, lost, bad) == (len(want), want_lost, 0)
+    assert out[:got].tobytes() == want.tobytes()
+    assert ts[:got].tolist() == list(range(1, 20))
+
+
+@pytest.mark.skipif(not native_batch.available(),
+                    reason=f"native batch helper not built: {native_batch.why_unavailable()}")
+def test_native_drain_counts_a_sample_of_another_size():
+    odd = struct.pack("<IHHI", PERF_RECORD_SAMPLE, 0, 32, 20) + b"\1" * 20
+    recs = _sample(1) + odd + _sample(2)
+    ring = _ring(recs, 4096, 0)
+    out = np.empty(4, EVENT_DTYPE)
+    ts = np.empty(4, np.uint64)
+    got, lost, bad = native_batch.drain_into(ring.ctypes.data, 4096, 0, len(recs), out, ts, 0)
+    assert (got, lost, bad) == (2, 0, 1) and ts[:2].tolist() == [1, 2]
+
+
+@pytest.mark.skipif(not native_batch.available(),
+                    reason=f"native batch helper not built: {native_batch.why_unavailable()}")
+def test_native_take_is_a_row_gather():
+    rows = np.zeros(1000, EVENT_DTYPE)
+    rows["ts"] = np.random.default_rng(3).permutation(1000)
+    rows["a4"] = rows["ts"] * 7
+    order = np.argsort(rows["ts"], kind="stable")
+    assert native_batch.take(rows, order).tobytes() == rows[order].tobytes()

@@ -248,3 +248,57 @@ def test_threads_encode_and_decode_at_once():
                        env={**os.environ, "PYTHONPATH": str(AGENT)})
     assert r.returncode == 0, f"child ended {r.returncode}: {r.stderr[-2000:]}"
     assert r.stdout.split() == ["bad", "0"], r.stdout + r.stderr
+
+
+def _random_events(n, seed):
+    rng = np.random.default_rng(seed)
+    ev = np.zeros(n, EVENT_DTYPE)
+    ev["ts"] = np.cumsum(rng.integers(0, 900, n)) + (1 << 62)
+    if n > 3:
+        ev["ts"][n // 3] = 5                       # a step back: a negative delta
+    ev["dur"] = rng.integers(0, 1 << 40, n)
+    ev["pid"], ev["tid"] = 4242, 4242 + rng.integers(0, 9, n)
+    ev["kind"], ev["code"] = rng.integers(0, 16, n), rng.integers(0, 90, n)
+    ev["ret"] = rng.integers(-(1 << 31), 1 << 31, n)
+    for f in ("a0", "a1", "a2", "a3", "a4"):
+        ev[f] = rng.integers(0, 1 << 63, n) * rng.integers(0, 2, n)
+    data = ev.view(np.uint8).reshape(n, EVENT_DTYPE.itemsize)[:, 72:]
+    some = rng.random(n) < 0.2
+    data[some] = rng.integers(0, 256, (int(some.sum()), 56))
+    data[rng.random(n) < 0.05, 55] = 1             # only the last byte set
+    return ev
+
+
+@pytest.mark.skipif(not codec.native_batch.available(),
+                    reason=f"native batch helper not built: {codec.native_batch.why_unavailable()}")
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 511, 512, 513, 5000])
+def test_native_record_encoder_writes_the_numpy_encoders_bytes(n):
+    ev = _random_events(n, n)
+    want = codec.encode_columns({k: ev[k] for k in EVENT_DTYPE.names})
+    assert codec.encode_records(ev) == want
+    assert codec.decode_columns(want)["data"].tobytes() == ev["data"].tobytes()
+
+
+@pytest.mark.skipif(not codec.native_batch.available(),
+                    reason=f"native batch helper not built: {codec.native_batch.why_unavailable()}")
+def test_native_record_encoder_on_another_layout():
+    """Padding between fields, a delta column of 4 bytes, a raw byte and a sparse field."""
+    dt = np.dtype({"names": ["t_ns", "flag", "v", "blob"],
+                   "formats": ["<i4", "u1", "<u2", "V5"], "offsets": [0, 4, 8, 12],
+                   "itemsize": 20})
+    rows = np.zeros(777, dt)
+    rng = np.random.default_rng(9)
+    rows["t_ns"] = rng.integers(-(1 << 31), 1 << 31, 777)
+    rows["flag"], rows["v"] = rng.integers(0, 256, 777), rng.integers(0, 1 << 16, 777)
+    blob = rows.view(np.uint8).reshape(777, 20)[:, 12:17]
+    blob[::3] = rng.integers(0, 256, (259, 5))
+    got = codec.encode_records(rows)
+    assert got == codec.encode_columns({k: rows[k] for k in dt.names})
+    back = codec.decode_columns(got)
+    assert all(back[k].tobytes() == rows[k].tobytes() for k in dt.names)
+
+
+def test_record_encoder_without_the_native_helper(monkeypatch):
+    ev = _random_events(300, 1)
+    monkeypatch.setattr(codec.native_batch, "encode", lambda rows, spec: None)
+    assert codec.encode_records(ev) == codec.encode_columns({k: ev[k] for k in EVENT_DTYPE.names})

@@ -265,6 +265,8 @@ class Probes:
             n = int(sum(v for v in vals))
             if n:
                 out[DROP_NAMES.get(idx) or Kind(idx).name.lower()] = n
+        if self.ring is not None and self.ring.malformed:
+            out["malformed"] = self.ring.malformed     # sent, but not of the record's size
         return out
 
     def unfinished_cuda(self, now_ns: int):

@@ -25,6 +25,8 @@ import struct
 
 import numpy as np
 
+from ..native import batch as native_batch
+
 PERF_TYPE_SOFTWARE = 1
 PERF_COUNT_SW_BPF_OUTPUT = 10
 PERF_SAMPLE_RAW = 1 << 10
@@ -120,7 +122,8 @@ def parse_samples(buf: bytes, rec: np.dtype):
 class PerfBuffers:
     """The per-CPU buffers behind one BPF_PERF_OUTPUT map; read() drains them all."""
 
-    def __init__(self, table, per_cpu_bytes: int, dtype: np.dtype, cpus=None):
+    def __init__(self, table, per_cpu_bytes: int, dtype: np.dtype, cpus=None,
+                 native: bool = True):
         self.dtype = np.dtype(dtype)
         self.size = per_cpu_bytes
         self.mask = per_cpu_bytes - 1
@@ -130,6 +133,9 @@ class PerfBuffers:
         self._bufs = []
         self.records = 0
         self.lost = 0                 # from PERF_RECORD_LOST: the kernel's own count
+        self.malformed = 0            # samples of another size than dtype's (never expected)
+        self.native = native_batch.available() and native
+        self._addrs = []              # ctypes views of each mapping's data area (native drain)
         self.peak_fill = 0.0
         self.last_fill = 0.0          # the fullest CPU buffer at the latest read
         try:
@@ -138,19 +144,18 @@ class PerfBuffers:
                 mm = mmap.mmap(fd, self._page + per_cpu_bytes, mmap.MAP_SHARED,
                                mmap.PROT_READ | mmap.PROT_WRITE)
                 self._bufs.append((cpu, fd, mm))
+                if self.native:
+                    self._addrs.append(ctypes.c_char.from_buffer(mm, self._page))
                 table[table.Key(cpu)] = table.Leaf(fd)
         except BaseException:
             self.close()
             raise
 
     def _drain_one(self, mm) -> list:
-        head = _U64.unpack_from(mm, HEAD_OFF)[0]
-        tail = _U64.unpack_from(mm, TAIL_OFF)[0]
+        tail, head = self._fill(mm)
         avail = head - tail
         if avail <= 0:
             return []
-        self.last_fill = max(self.last_fill, avail / self.size)
-        self.peak_fill = max(self.peak_fill, self.last_fill)
         start = self._page + (tail & self.mask)
         end = start + avail
         limit = self._page + self.size
@@ -162,6 +167,44 @@ class PerfBuffers:
 
     def read(self) -> np.ndarray:
         """Every record now in any CPU's buffer, as one array sorted by ts (a copy)."""
+        return self._read_native() if self.native else self._read_numpy()
+
+    def _fill(self, mm):
+        """(tail, head) of one buffer, with the fill bookkeeping."""
+        head = _U64.unpack_from(mm, HEAD_OFF)[0]
+        tail = _U64.unpack_from(mm, TAIL_OFF)[0]
+        if head > tail:
+            self.last_fill = max(self.last_fill, (head - tail) / self.size)
+            self.peak_fill = max(self.peak_fill, self.last_fill)
+        return tail, head
+
+    def _read_native(self) -> np.ndarray:
+        """The C helper copies each CPU's samples straight into one array (no per-CPU views,
+        no concatenation); a merge of several CPUs is one argsort and one row gather."""
+        self.last_fill = 0.0
+        spans = [(self._fill(mm), mm, addr) for (_, _, mm), addr in zip(self._bufs, self._addrs)]
+        room = sum(max(head - tail, 0) for (tail, head), _, _ in spans) \
+            // (12 + self.dtype.itemsize) + 1        # a sample copied takes at least this
+        out = np.empty(room, self.dtype)
+        ts = np.empty(room, np.uint64)
+        n, cpus = 0, 0
+        for (tail, head), mm, addr in spans:
+            if head <= tail:
+                continue
+            got, lost, bad = native_batch.drain_into(ctypes.addressof(addr), self.size, tail,
+                                                     head, out, ts, n)
+            _U64.pack_into(mm, TAIL_OFF, head)
+            self.lost += lost
+            self.malformed += bad
+            cpus += got > 0
+            n += got
+        out, ts = out[:n], ts[:n]
+        if cpus > 1 and n > 1 and "ts" in self.dtype.names and np.any(ts[1:] < ts[:-1]):
+            out = native_batch.take(out, np.argsort(ts, kind="stable"))
+        self.records += n
+        return out
+
+    def _read_numpy(self) -> np.ndarray:
         parts = []
         self.last_fill = 0.0
         for _, _, mm in self._bufs:
@@ -175,6 +218,7 @@ class PerfBuffers:
         return out
 
     def close(self):
+        self._addrs = []              # the mappings cannot close while a view is exported
         for _, fd, mm in self._bufs:
             mm.close()
             os.close(fd)

@@ -253,6 +253,17 @@ class RunWriter:
         if payload["n"]:
             self._write_chunk(ctype, payload)
 
+    def write_records(self, ctype: int, rows) -> None:
+        """Write a structured array as one columnar chunk per MAX_ROWS rows, one column per
+        field (the recorder's event batches: format 2 encodes them natively)."""
+        if self.version < 2:
+            self.write_columns(ctype, {name: rows[name] for name in rows.dtype.names})
+            return
+        for i in range(0, len(rows), codec.MAX_ROWS):
+            payload = codec.encode_records(rows[i:i + codec.MAX_ROWS])
+            if payload["n"]:
+                self._write_chunk(ctype, payload)
+
     def write_rows(self, ctype: int, rows: list) -> None:
         """Write one chunk of msgpack-able rows (dicts); empty input writes nothing."""
         if rows:
