@@ -23,6 +23,7 @@ from ..store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, KIND_NAMES, Chunk, Kind
 from ..store.writer import RunWriter, check_output
 from . import preflight, targets
 from .bpfprog import ProbeOptions, Probes
+from .drain import Drain
 from .container import describe as describe_container, own_mount_namespace
 from .libcuda import locate as locate_libcuda, resolve_like_loader
 
@@ -312,14 +313,24 @@ class Recorder:
         return any(targets.alive(p) for p in tgids)
 
     def _loop(self, probes, tgids):
+        """Write what the drain thread reads until a stop; the buffers are read apart from the
+        writing (drain.py), so a slow write costs no event."""
+        drain = Drain(probes.ring, next_poll_s).start()
+        try:
+            self._write_until_stop(drain, tgids, probes)
+        finally:
+            for batch in drain.stop():
+                self._record_batch(batch)
+
+    def _write_until_stop(self, drain, tgids, probes):
         o = self.opts
         t_start = time.monotonic()
         last_flush = last_status = t_start
         show = o.status if o.status is not None else sys.stderr.isatty()
-        t_read = t_start
         while not self._stop.is_set():
-            t_prev, t_read = t_read, time.monotonic()
-            self._record_batch(probes.ring.read())
+            batch = drain.get(timeout=POLL_S)
+            if batch is not None:
+                self._record_batch(batch)
             now = time.monotonic()
             if now - last_flush >= FLUSH_S:
                 self.writer.flush()
@@ -333,14 +344,13 @@ class Recorder:
             if not self._targets_alive(tgids):
                 self.stop_reason = "target exited"
                 break
-            self._stop.wait(next_poll_s(probes.ring.last_fill, t_read - t_prev,
-                                        time.monotonic() - t_read))
         if self.child and self.stop_reason == "SIGTERM" and self.child.poll() is None:
             os.kill(self.child.pid, signal.SIGTERM)
             deadline = time.monotonic() + 2
             while self.child.poll() is None and time.monotonic() < deadline:
-                self._record_batch(probes.ring.read())
-                time.sleep(POLL_S)
+                batch = drain.get(timeout=POLL_S)
+                if batch is not None:
+                    self._record_batch(batch)
         time.sleep(POLL_S)   # let the last events of an exiting target reach the ring
         if show:
             sys.stderr.write("\n")

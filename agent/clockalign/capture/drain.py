@@ -1,0 +1,89 @@
+"""A thread that keeps the per-CPU event buffers empty while the recorder encodes and writes.
+
+Reading the buffers is cheap (the native helper copies ~50 ns an event, without the GIL);
+encoding, compressing and writing a batch is not, and a write can block on the disk. With one
+thread doing both, a CPU's buffer kept filling while the previous batch was written: on the
+H200, 8 threads at 250 k calls/s each lost 3.5 % of their events with the recorder at 0.9 of a
+core. Here the reading never waits for the writing, except when the batches waiting exceed
+``max_bytes``: then the thread stops reading, the buffers fill, and the kernel counts what it
+cannot send. Memory stays bounded and no event is lost without being counted.
+
+    drain = Drain(probes.ring, poll=next_poll_s).start()
+    batch = drain.get(timeout=0.05)      # None when nothing came in time
+    rest = drain.stop()                  # batches still waiting, oldest first
+"""
+import collections
+import threading
+import time
+
+
+class Drain:
+    def __init__(self, ring, poll, max_bytes: int = 256 << 20):
+        self.ring = ring
+        self.poll = poll              # (fill, since_last_read_s, busy_s) -> sleep seconds
+        self.max_bytes = max_bytes
+        self._batches = collections.deque()
+        self._bytes = 0
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="clockalign-drain", daemon=True)
+        self.error = None
+        self.waited_s = 0.0           # time reading was held back by max_bytes
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def _run(self):
+        t_read = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                t_prev, t_read = t_read, time.monotonic()
+                batch = self.ring.read()
+                busy = time.monotonic() - t_read
+                if len(batch):
+                    self._put(batch)
+                self._stop.wait(self.poll(self.ring.last_fill, t_read - t_prev, busy))
+        except BaseException as e:    # re-raised in the recording thread by get()
+            self.error = e
+            with self._cond:
+                self._cond.notify_all()
+
+    def _put(self, batch):
+        with self._cond:
+            t0 = time.monotonic()
+            while self._bytes >= self.max_bytes and not self._stop.is_set():
+                self._cond.wait(0.05)
+            self.waited_s += time.monotonic() - t0
+            self._batches.append(batch)
+            self._bytes += batch.nbytes
+            self._cond.notify_all()
+
+    def get(self, timeout: float):
+        """The oldest waiting batch, or None after timeout seconds without one."""
+        with self._cond:
+            if not self._batches and self.error is None:
+                self._cond.wait(timeout)
+            if self.error is not None:
+                raise self.error
+            if not self._batches:
+                return None
+            batch = self._batches.popleft()
+            self._bytes -= batch.nbytes
+            self._cond.notify_all()
+            return batch
+
+    def stop(self) -> list:
+        """Stop reading; the batches read and not yet taken, oldest first."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+        with self._cond:
+            rest = list(self._batches)
+            self._batches.clear()
+            self._bytes = 0
+        if self.error is not None:
+            raise self.error
+        return rest
