@@ -22,7 +22,7 @@ Examples:
 def command(file, output):
     """Write each event as a JSON line with kind, t_ns (MONOTONIC), pid, tid and the kind's
     own fields (cuda: fn, ret, dur_ns, args; connect: peer, errno, dur_ns; sched: prev_state,
-    off_cpu_ns, wakeup_to_run_ns; xid: code, msg). Exits 3 on a truncated file."""
+    off_cpu_ns, wakeup_to_run_ns; xid: code, dev, msg, msg_whole). Exits 3 on a truncated file."""
     r = RunReader(file)
     if output == "-":
         out = sys.stdout
@@ -31,7 +31,7 @@ def command(file, output):
         out = open_private(output, "w")
     try:
         for batch in r.iter_events():
-            out.writelines(json.dumps(d) + "\n" for d in event_dicts(batch))
+            out.writelines(json.dumps(d) + "\n" for d in event_dicts(batch, xid_messages=r.xid_messages))
         out.flush()
     except OSError as e:
         if isinstance(e, BrokenPipeError):

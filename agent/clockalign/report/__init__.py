@@ -271,8 +271,10 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
         t.add([fmt_t(f.t_ns, t0), f.kind, f.name, where.strip() or "-", fmt_ns(f.unc_ns), src,
                fmt_ns(f.recovery_ns), then])
     nums["faults"] = [{"t_ns": f.t_ns, "kind": f.kind, "name": f.name, "unc_ns": f.unc_ns,
-                       "recovery_ns": f.recovery_ns, "chain": len(f.chain or [])}
-                      for f in faults]
+                       "recovery_ns": f.recovery_ns, "chain": len(f.chain or []),
+                       "message": f.message} for f in faults]
+    xid_text = "".join(f"- {fmt_t(f.t_ns, t0)} {f.name}: `{f.message}`\n"
+                       for f in faults if f.kind == "xid" and f.message)
     if faults:
         tt = Table(t.header, t.align)
         roots = [r for f, r in zip(faults, t.rows) if f.kind != "cuda_sticky_error"]
@@ -281,7 +283,8 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
         sticky = sum(f.kind == "cuda_sticky_error" for f in faults)
         more = (f"\n  ... {len(roots) - 12} more" if len(roots) > 12 else "")
         section("Faults", f"  {len(faults)} fault(s), {sticky} of them repeats of a sticky "
-                f"error\n" + tt.text() + more, t.markdown())
+                f"error\n" + tt.text() + more,
+                t.markdown() + ("\nXid messages, whole:\n\n" + xid_text if xid_text else ""))
     else:
         section("Faults", "  none", "No faults.\n")
 

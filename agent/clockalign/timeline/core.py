@@ -223,6 +223,10 @@ class Timeline:
             ev = ev[keep]
         return ev[np.argsort(ev["t_ns"], kind="stable")]
 
+    def xid_text(self, ev) -> tuple:
+        """(dev, whole message, whole?) of an XID row that this timeline has yielded."""
+        return self.reader.xid_messages.of(ev)
+
     # ------------------------------------------------------------------ GPUs
     def gpu_of_pci(self, name):
         """NVML index of the GPU at PCI address ``name`` (from the header's gpu list); if

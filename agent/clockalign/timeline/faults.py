@@ -46,7 +46,7 @@ from ..store import cuda_api
 from ..store.schema import Chunk, Kind
 from .codes import (FATAL_SIGNALS, STICKY_CURESULTS, cuda_result_name, errno_name,
                     signal_name, xid_name)
-from .events import decode_comm, decode_sockaddr, decode_xid, to_timeline
+from .events import decode_comm, decode_sockaddr, to_timeline
 from .stamps import probe_type
 
 KINDS = ("xid", "throttle", "cuda_error", "cuda_sticky_error", "connect_error", "signal", "exit")
@@ -137,8 +137,10 @@ def _collect(tl) -> dict:
             np.isin(k, _OTHER_KINDS)
             & ((k != Kind.THREAD_EXIT) | (cols["code"] == 1))
             & ((k != Kind.SIGNAL) | (np.isin(ret, _FATAL) & np.isin(cols["code"], _DELIVERED))))
+        m |= k == Kind.XID_MSG          # an Xid's message, kept by the reader
         if m.any():
-            ev = to_timeline(RunReader.as_events({n: v[m] for n, v in cols.items()}))
+            ev = tl.reader.xid_messages.take(RunReader.as_events({n: v[m] for n, v in cols.items()}))
+            ev = to_timeline(ev)
             n = ev["kind"] == Kind.CONNECT
             if n.any():
                 conn.append(ev[n])
@@ -492,7 +494,7 @@ def _xid_sightings(tl, other) -> list:
     out = []
     if other is not None:
         for ev in other[other["kind"] == Kind.XID]:
-            dev, msg = decode_xid(ev["data"])
+            dev, msg, _ = tl.xid_text(ev)
             m = _PID_IN_XID.search(msg)
             out.append({"source": "tracepoint", "t_ns": int(ev["t_ns"]),
                         "unc_ns": int(ev["unc_ns"]), "domain": "MONOTONIC",
