@@ -30,6 +30,7 @@ from ..errors import ClockalignError
 from .mindelay import burst_groups, min_delay_select
 from .piecewise import bands_between, merge_short, overlap_windows, split_window
 from .segment import Segment
+from .stats import pct
 
 ASSUMPTION = (
     "Each uncertainty assumes the remote clock was read somewhere inside its host interval "
@@ -289,7 +290,7 @@ def fit_sandwiches(t0, remote, t1, tick_ns=0, window_ns=5_000_000_000, burst_gap
         "samples_used": int(sum(s.n_used for s in segments)),
         "samples_total": int(len(t0)),
         "min_rtt_ns": int(rtt.min()),
-        "halfwidth_ns": {"p50": int(np.percentile(half, 50)), "p99": int(np.percentile(half, 99)),
+        "halfwidth_ns": {"p50": int(pct(half, 50)), "p99": int(pct(half, 99)),
                          "max": int(half.max())},
         "floor_ns": int(rtt.min() // 2),
     }

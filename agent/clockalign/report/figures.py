@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ..align.stats import pct  # noqa: E402
 from ..store.writer import open_private  # noqa: E402
 
 DPI = 110
@@ -117,7 +118,7 @@ def wakeup_latency(sched, out_dir):
     ax.set_xscale("log")
     ax.set_yscale("log")
     for q, ls in ((50, "-"), (99, "--")):
-        v = np.percentile(w, q)
+        v = pct(w, q)
         ax.axvline(v, color="black", ls=ls, lw=1, label=f"p{q} {v / 1e3:.1f} µs")
     ax.set_xlabel("wakeup-to-run latency (ns, log)")
     ax.set_ylabel("wakeups (log)")
