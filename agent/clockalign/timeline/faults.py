@@ -18,12 +18,17 @@ Grouping rules, so that one problem reads as one line and its consequences:
   the two uncertainties before and XID_RECEIPT_TOLERANCE_NS after the in-kernel stamp) is
   one fault with two sightings, and ``delays`` gives the time between the sources.
 
-A chain lists what followed a fault in the same process, in time order: ``retry`` (the
-same call again, failed), ``error`` (another call failed, before the process had a
-successful call again), ``sticky_error``, then ``success`` (the next successful call of
-the same function: the recovery) or ``exit``.  ``recovery_ns`` runs from the failing
-call's entry to the return of that successful call; ``healthy_ns`` from the fault to the
-return of the first successful call of any function after the last error of the chain.
+A chain lists what followed from a fault in the same process, in time order: ``retry``
+(the same call again, failed), ``error`` (another call of the same family failed, before
+the process had a successful call again: one CUDA role such as alloc; a connect() chain
+holds only its own peer), ``sticky_error`` (the context is broken: any call), then
+``success`` (the next successful call of the same function or peer: the recovery) or
+``exit``.  ``recovery_ns`` runs from the failing call's entry to the return of that
+successful call; ``healthy_ns`` from the fault to the return of the first successful call
+after the last error of the chain (CUDA: of any function; connect: to that peer).
+
+Known probes are not faults: the CUDA runtime's connect() to its MPS server socket, which
+fails with ENOENT where no MPS runs (codes.BENIGN_CONNECTS), becomes a note.
 
 Memory follows the number of failing calls, not the run: one pass over the events keeps the
 failing calls, Xids, exits and fatal signals; a second pass finds, for each failing call,
@@ -44,8 +49,8 @@ from ..store.counter_fields import CAPPING, CLOCK_REASONS, FIELD_BY_NAME
 from ..store.reader import RunReader
 from ..store import cuda_api
 from ..store.schema import Chunk, Kind
-from .codes import (FATAL_SIGNALS, STICKY_CURESULTS, cuda_result_name, errno_name,
-                    signal_name, xid_name)
+from .codes import (FATAL_SIGNALS, STICKY_CURESULTS, benign_connect, cuda_result_name,
+                    errno_name, signal_name, xid_name)
 from .events import decode_comm, decode_sockaddr, to_timeline
 from .stamps import probe_type
 
@@ -324,13 +329,16 @@ class _Calls:
     at or after x (of that op, of any op) as (t, end, tid), or None."""
 
     def __init__(self, t, dur, pid, tid, op, ret, describe, after_op, after_any,
-                 sticky=frozenset(), sticky_kind=None):
+                 sticky=frozenset(), sticky_kind=None, family=None):
         self.t = t.astype(np.int64)
         self.end = self.t + np.maximum(dur.astype(np.int64), 0)
         self.pid, self.tid, self.op, self.ret = pid, tid, op, ret
         self.describe = describe          # i -> dict(kind, code, name, message, function, target)
         self.after_op, self.after_any = after_op, after_any
         self.sticky, self.sticky_kind = sticky, sticky_kind
+        # family[i]: calls of one family can follow from each other's faults (one CUDA
+        # role; connect: one peer, so another peer's failure is never in a chain)
+        self.family = op if family is None else family
 
     def run(self, deaths: dict) -> list:
         faults = []
@@ -357,8 +365,11 @@ class _Calls:
         pid = int(self.pid[idx[0]])
         death_t = death["t_ns"] if death else None
 
-        def success_any(x):
-            s = self.after_any(pid, x)
+        def success_any(x, o):
+            """The process healthy again after x: any successful call (CUDA), or one of
+            op o (connect: that peer answering) where there is no after_any."""
+            s = (self.after_any(pid, x) if self.after_any is not None
+                 else self.after_op(pid, o, x))
             return None if s is None else s[:2]
 
         roots, role = [], {}          # role: k -> (what, root, fault or None)
@@ -401,7 +412,8 @@ class _Calls:
         if death_t is not None and death_t >= r.t_ns and (stop is None or death_t < stop):
             stop = death_t
         last_end = r.t_ns + r.dur_ns
-        healthy = success_any(last_end)
+        r_op = int(self.op[idx[r._k]])
+        healthy = success_any(last_end, r_op)
         start = int(np.searchsorted(ek, r._k, side="right"))
         n_more, more_t = 0, None
         for k in ek[start:]:
@@ -411,11 +423,13 @@ class _Calls:
             what, root, f = role[k]
             if what == "sticky_error" and root is not r:
                 continue       # belongs to the chain of the sticky error it repeats
-            same_op = int(op[k]) == int(self.op[idx[r._k]])
+            same_op = int(op[k]) == r_op
             if what == "sticky_error" and root is r:
                 kind = "sticky_error"
             elif same_op:
                 kind = "retry"
+            elif self.family[idx[k]] != self.family[idx[r._k]]:
+                continue       # another family's failure does not follow from this one
             else:
                 if healthy is not None and healthy[0] < tk:
                     continue
@@ -429,7 +443,7 @@ class _Calls:
                                   target=d.get("target"), code=d["code"], name=d["name"],
                                   tid=int(self.tid[idx[k]]), dur_ns=int(end[k] - tk), fault=f))
             last_end = max(last_end, int(end[k]))
-            healthy = success_any(last_end)
+            healthy = success_any(last_end, r_op)
             if f is not None and kind != "sticky_error" and getattr(f, "_sticky", False) \
                     and not r._sticky:
                 stop = tk      # a sticky error starts its own chain; this one ends here
@@ -461,9 +475,13 @@ def _cuda_calls(c, nexts) -> _Calls:
                 "message": f"{fn} returned {cuda_result_name(code)} ({code})",
                 "function": fn, "source": "uprobe"}
 
+    roles = {r: i for i, r in enumerate(cuda_api.ROLES)}
+    family = np.asarray([roles.get(cuda_api.role_of(f), -1) for f in c["code"].tolist()],
+                        dtype=np.int64)
     return _Calls(c["t_ns"], c["dur_ns"], c["pid"], c["tid"], op, ret, describe,
                   lambda pid, o, x: by_op.get(pid << 32 | o, x),
-                  lambda pid, x: by_pid.get(pid, x), STICKY_CURESULTS, "cuda_sticky_error")
+                  lambda pid, x: by_pid.get(pid, x), STICKY_CURESULTS, "cuda_sticky_error",
+                  family=family)
 
 
 def _connect_calls(ev, nexts) -> _Calls:
@@ -484,9 +502,9 @@ def _connect_calls(ev, nexts) -> _Calls:
                 "message": f"connect({p}) failed: {os.strerror(code)}",
                 "function": "connect", "target": p, "source": "tracepoint"}
 
+    # healthy again = that peer answered: another peer answering says nothing of this one
     return _Calls(ev["t_ns"], ev["dur_ns"], ev["pid"], ev["tid"], op, ret, describe,
-                  lambda pid, o, x: by_op.get(pid << 32 | o, x),
-                  lambda pid, x: by_pid.get(pid, x))
+                  lambda pid, o, x: by_op.get(pid << 32 | o, x), None)
 
 
 # ---------------------------------------------------------------------- Xid
@@ -633,8 +651,31 @@ def _between(g, i):
 _RANK = {k: i for i, k in enumerate(KINDS)}
 
 
+def _benign_connects(tl, conn):
+    """conn without the failures that are known probes (codes.BENIGN_CONNECTS); each kind
+    of probe becomes one note in tl.notes: information, not a fault."""
+    if conn is None:
+        return None
+    seen = {}
+    keep = np.ones(len(conn), dtype=bool)
+    for i in range(len(conn)):
+        peer = decode_sockaddr(conn["data"][i], conn["a1"][i])
+        err = -int(conn["ret"][i])
+        what = benign_connect(peer, err)
+        if what is not None:
+            keep[i] = False
+            seen.setdefault((peer, err, what), set()).add(int(conn["pid"][i]))
+    for (peer, err, what), pids in seen.items():
+        n = len(pids)
+        tl.notes.append(f"connect({peer}) -> {errno_name(err)} in {n} process"
+                        f"{'es' if n > 1 else ''} ({', '.join(map(str, sorted(pids)))}): "
+                        f"{what}; information, not a fault")
+    return conn[keep] if keep.any() else None
+
+
 def find_faults(tl) -> list:
     data = _collect(tl)
+    data["connect"] = _benign_connects(tl, data["connect"])
     nexts = _next_successes(tl, data["cuda"], data["connect"])
     deathf, deaths = _death_faults(tl, data["other"])
     cuda = _cuda_calls(data["cuda"], nexts).run(deaths) if data["cuda"] is not None else []
