@@ -5,6 +5,7 @@ import os
 import click
 
 from ..errors import ClockalignError, TruncatedRun
+from .options import json_flag
 
 EXAMPLES = """Examples:
 
@@ -21,7 +22,7 @@ EXAMPLES = """Examples:
 @click.argument("run_file", required=False, metavar="[FILE]")
 @click.option("--pairs", metavar="PAIRS.csv",
               help="Fit two clocks from a CSV with header t0_ns,remote_ns,t1_ns instead.")
-@click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON.")
+@json_flag("Print the fit as JSON.")
 @click.option("--map", "stamps", multiple=True, metavar="T",
               help="Map remote timestamp T (ns) to host ns with its uncertainty; repeatable.")
 @click.option("--domain", metavar="NAME", help="Domain of FILE to --map (GPU0, REALTIME, ...).")
