@@ -13,7 +13,7 @@ a boundary, starting every quarter segment (piecewise.overlap_windows), so every
 within an eighth of a segment of some window's middle.
 
 A mapped time is the middle of the intersection of every band that holds there: within its
-run, the union of the segments whose coverage includes it (as before: several only in the
+run, the union of the segments whose coverage includes it (more than one only in the
 gap between two segments), cut down by the band of every overlapping window whose data
 span it.  Each band contains the truth when the clock runs linearly over that window, so
 the intersection does too; should they contradict (empty intersection: the clock bent

@@ -1,8 +1,8 @@
 """Record schema shared by the BPF programs, the recorder and every reader.
 
 The BPF side emits one fixed-size C struct (bpf/clockalign.h, ``struct ca_event``) for
-every kind of event; EVENT_DTYPE is its numpy twin, so a batch from the ring buffer is
-decoded with one ``np.frombuffer`` call.  Kind, chunk-type and CUDA function numbers are
+every kind of event; EVENT_DTYPE is its numpy twin, so a batch from the per-CPU perf
+buffers (capture/perfbuf.py) is decoded with one numpy view.  Kind, chunk-type and CUDA function numbers are
 part of the file format: a retired number is never reused.
 
     ev = np.frombuffer(raw, dtype=EVENT_DTYPE)
