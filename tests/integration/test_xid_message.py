@@ -112,3 +112,56 @@ def test_whole_xid_message_end_to_end(tmp_path, console_trace):
     assert p.returncode == 0, p.stderr
     checked = check_strings(str(pf), rows, faults)
     assert checked["msg"] == 3 and checked["message"] >= 3
+
+
+# nvidia:nvidia_dev_xid as the NVIDIA driver declares it (kernel-open/nvidia/nv-tracepoint.h:
+# __string(dev, pci_name(pdev)), __field(u32, error_code), __string(msg, msg)): the layout
+# the tracefs format file has on a host with the driver loaded
+NVIDIA_XID_FORMAT = """name: nvidia_dev_xid
+ID: 99999
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:__data_loc char[] dev;\toffset:8;\tsize:4;\tsigned:0;
+\tfield:u32 error_code;\toffset:12;\tsize:4;\tsigned:0;
+\tfield:__data_loc char[] msg;\toffset:16;\tsize:4;\tsigned:0;
+
+print fmt: "Xid (PCI:%s): %u, %s", __get_str(dev), REC->error_code, __get_str(msg)
+"""
+LOAD_ONLY = """import sys
+from clockalign.capture import bpfprog
+BPF = bpfprog.import_bcc().BPF
+BPF._trace_autoload = lambda self: None        # compile and verify; nothing is attached
+flags, _ = bpfprog.build_cflags(bpfprog.ProbeOptions(cuda_lib=None))
+assert "-DCA_XID" in flags and "-DCA_XID_DATALOC" in flags, flags
+b = BPF(text=bpfprog.bpf_text(), cflags=flags + [f"-I{bpfprog.bpf_source_dir()}"])
+b.load_func(b"tracepoint__nvidia__nvidia_dev_xid", BPF.TRACEPOINT)
+print("verified")
+"""
+
+
+def test_the_real_xid_program_passes_the_verifier(tmp_path):
+    """No NVIDIA driver here: in a private mount namespace, tracefs's events seen through a
+    copy with nvidia_dev_xid's format added, so BCC compiles the real Xid program and the
+    kernel's verifier loads it (not attached: the tracepoint does not exist)."""
+    import shutil
+    events = tmp_path / "events"
+    for cat in ("sched", "task", "syscalls", "signal", "printk"):
+        for ev in os.listdir(f"{TRACEFS}/events/{cat}"):
+            src = f"{TRACEFS}/events/{cat}/{ev}"
+            if os.path.isdir(src):
+                (events / cat / ev).mkdir(parents=True)
+                for name in ("format", "id"):
+                    if os.path.exists(f"{src}/{name}"):
+                        shutil.copyfile(f"{src}/{name}", events / cat / ev / name)
+    (events / "nvidia" / "nvidia_dev_xid").mkdir(parents=True)
+    (events / "nvidia" / "nvidia_dev_xid" / "format").write_text(NVIDIA_XID_FORMAT)
+    if not shutil.which("unshare"):
+        pytest.skip("unshare(1) not found")
+    p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                        f"mount --bind {events} {TRACEFS}/events && exec {sys.executable} -c "
+                        f"'{LOAD_ONLY}'"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "verified" in p.stdout, p.stdout + p.stderr

@@ -221,7 +221,8 @@ def anomalies(det, t0, faults, out_dir):
         ax.set_ylabel("robust z", fontsize=7)
         ax.set_title(s["name"], fontsize=8, loc="left")
         _mark_faults(ax, faults, t0, label=ax is axes[0, 0])
-    axes[0, 0].legend(loc="upper left", fontsize=7, ncol=4)
+    if any(f.kind != "cuda_sticky_error" for f in faults):
+        axes[0, 0].legend(loc="upper left", fontsize=7, ncol=4)
     fig.suptitle(f"Signals against their trailing {det['window']}-point median "
                  f"(green: |z| < {th:g}; red: outside)", fontsize=10)
     axes[-1, 0].set_xlabel("time since start of run (s)")
