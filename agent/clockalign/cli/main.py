@@ -61,7 +61,8 @@ def _stdout_gone():
 def main(argv=None):
     """Entry point: expected failures become one sentence on stderr and a non-zero exit."""
     try:
-        cli.main(args=argv, prog_name="clockalign", standalone_mode=False)
+        # not standalone: click returns an Exit's code (--help, --version) instead of exiting
+        code = cli.main(args=argv, prog_name="clockalign", standalone_mode=False)
     except ClockalignError as e:
         click.echo(f"clockalign: {e}", err=True)
         sys.exit(e.exit_code)
@@ -71,13 +72,11 @@ def main(argv=None):
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
     try:
         sys.stdout.flush()
     except BrokenPipeError:
         _stdout_gone()
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
