@@ -14,6 +14,7 @@
 #define CA_KIND_THREAD_EXIT 8
 #define CA_KIND_PROC_EXIT 9
 #define CA_KIND_SIGNAL 10
+#define CA_KIND_XID_MSG 12
 #define CA_NKINDS 16
 
 /* drops[] is indexed by kind (a record that could not be sent), plus these: index 0

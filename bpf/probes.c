@@ -3,7 +3,7 @@
  * Parameters come in as -D cflags (see capture/bpfprog.py; `clockalign record --dump-bpf`
  * prints them): CA_MAX_THREADS, CA_CALL_SLOTS, and the feature switches CA_CUDA,
  * CA_PID_LINKS, CA_REGS_ONLY, CA_CONNECT, CA_SCHED, CA_XID, CA_FOLLOW_CHILDREN,
- * CA_FORK_COMM_DATALOC, CA_XID_DATALOC.
+ * CA_FORK_COMM_DATALOC, CA_XID_DATALOC, CA_XID_MSG_MAX (and CA_XID_PRINTK for the tests).
  * Targets (tgids) live in the `targets` map, filled by user space, so one program serves
  * several --pid and spawn mode alike.
  *
@@ -546,19 +546,90 @@ TRACEPOINT_PROBE(signal, signal_generate)
 }
 
 /* ------------------------------------------------------------------ NVIDIA Xid */
+#if defined(CA_XID) || defined(CA_XID_PRINTK)
+/* The whole message, not what fits a record: the driver formats it with kvasprintf (no
+ * bound of its own), so the bound is the tracepoint's: a perf trace record holds at most
+ * PERF_MAX_TRACE_SIZE (8192) bytes, header and dev string included, or it never reaches a
+ * BPF program.  It goes out as CA_KIND_XID_MSG records of CA_XID_PART_LEN bytes each
+ * (a[0..4] and data, code = part index, ret = message length), sent BEFORE the XID record
+ * itself, so a reader has every part in hand when it meets the Xid (store/decode.py). */
+#ifndef CA_XID_MSG_MAX
+#define CA_XID_MSG_MAX 8192
+#endif
+#define CA_XID_PART_LEN 96
+#define CA_XID_PARTS ((CA_XID_MSG_MAX + CA_XID_PART_LEN - 1) / CA_XID_PART_LEN)
+
+struct xid_scratch {
+    char msg[CA_XID_PARTS * CA_XID_PART_LEN];
+    struct ca_event part;
+};
+/* a tracepoint program runs with preemption off and never nests on one CPU, so a per-CPU
+ * scratch is safe here (unlike in the uprobes) */
+BPF_PERCPU_ARRAY(xid_scratch, struct xid_scratch, 1);
+
+static __always_inline void emit_xid(void *ctx, u32 code, const char *dev, const char *msg)
+{
+    int zero = 0;
+    struct xid_scratch *s = xid_scratch.lookup(&zero);
+    EVENT(e, CA_KIND_XID);
+    e->ts = bpf_ktime_get_ns();
+    stamp_task(e);
+    e->ret = code;
+    if (dev)
+        bpf_probe_read_kernel_str(e->data, 16, dev);
+    if (!msg) {
+        submit(ctx, e);
+        return;
+    }
+    bpf_probe_read_kernel_str(e->data + 16, CA_DATA_LEN - 16, msg);
+    if (s) {
+        long n = bpf_probe_read_kernel_str(s->msg, CA_XID_MSG_MAX, msg);
+        u32 len = n > 0 ? (u32)(n - 1) : 0;
+        e->a[0] = len;
+        struct ca_event *p = &s->part;
+        for (u32 i = 0; i < CA_XID_PARTS; i++) {
+            u32 off = i * CA_XID_PART_LEN;
+            if (off >= len)
+                break;
+            __builtin_memset(p, 0, sizeof(*p));
+            p->kind = CA_KIND_XID_MSG;
+            p->ts = e->ts;
+            p->pid = e->pid;
+            p->tid = e->tid;
+            p->code = i;
+            p->ret = len;
+            __builtin_memcpy((char *)p->a, s->msg + off, CA_XID_PART_LEN);
+            submit(ctx, p);
+            e->a[1]++;
+        }
+    }
+    submit(ctx, e);
+}
+#endif
+
 #ifdef CA_XID
 TRACEPOINT_PROBE(nvidia, nvidia_dev_xid)
 {
     /* device-wide: an Xid is recorded whatever process caused it */
-    EVENT(e, CA_KIND_XID);
-    e->ts = bpf_ktime_get_ns();
-    stamp_task(e);
-    e->ret = args->error_code;
 #ifdef CA_XID_DATALOC
-    TP_DATA_LOC_READ_STR(e->data, dev, 16);
-    TP_DATA_LOC_READ_STR(e->data + 16, msg, CA_DATA_LEN - 16);
+    emit_xid(args, args->error_code, (char *)args + (args->data_loc_dev & 0xFFFF),
+             (char *)args + (args->data_loc_msg & 0xFFFF));
+#else
+    emit_xid(args, args->error_code, NULL, NULL);
 #endif
-    submit(args, e);
     return 0;
 }
 #endif /* CA_XID */
+
+#ifdef CA_XID_PRINTK
+/* Tests only (CLOCKALIGN_TEST_XID_PRINTK=1, capture/bpfprog.py): no NVIDIA driver here,
+ * so a kernel log line a target writes to /dev/kmsg stands in for an Xid's message: a
+ * real in-kernel __data_loc string of the tracepoint's kind, through the same emit_xid */
+TRACEPOINT_PROBE(printk, console)
+{
+    if (!is_target(bpf_get_current_pid_tgid() >> 32))
+        return 0;
+    emit_xid(args, CA_XID_PRINTK, NULL, (char *)args + (args->data_loc_msg & 0xFFFF));
+    return 0;
+}
+#endif

@@ -17,6 +17,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 
 from clockalign.cli.main import main as cli_main
 from clockalign.export import export_run
+from clockalign.export import jsontext as jt
 from clockalign.export import varbytes as vb
 from clockalign.export.chrome_json import write_chrome_json
 from clockalign.export.perfetto import write_perfetto
@@ -492,41 +493,29 @@ def test_overlong_varints_parse_with_perfetto_classes():
         assert got == vals.tolist()
 
 
-def test_text_numbers():
-    v = np.array([0, 9, 10, 12345, 10**15 - 1, 2**64 - 1], dtype=np.uint64)
-    assert vb.flatten([vb.decimal(v), vb.const(b",")], len(v)) == \
-        b"0,9,10,12345,999999999999999,18446744073709551615,"
-    padded = vb.flatten([vb.decimal(v[:4], pad=True), vb.const(b",")], 4)
-    assert [int(x) for x in padded.split(b",")[:-1]] == [0, 9, 10, 12345]
-    s = np.array([-5, 0, 70], dtype=np.int64)
-    assert vb.flatten([vb.signed_decimal(s), vb.const(b",")], 3) == b"-5,0,70,"
-    assert vb.flatten([vb.hexadecimal(np.array([0, 255], np.uint64)), vb.const(b",")], 2) == \
-        b"0x0,0xff,"
-
-
 def test_text_into_place():
     """The fixed-width writers the JSON rows use, against Python's own formatting."""
     rng = np.random.default_rng(5)
     u = np.concatenate([np.array([0, 9, 10, 9999, 10000, 10**15, 2**64 - 1], np.uint64),
                         rng.integers(0, 2**63, 300).astype(np.uint64)])
-    w = vb.decimal_digits(int(u.max()))
+    w = jt.decimal_digits(int(u.max()))
     d = np.zeros((len(u), w), np.uint8)
-    vb.put_decimal(d, u)
+    jt.put_decimal(d, u)
     assert [bytes(r).decode() for r in d] == [str(v).rjust(w) for v in u.tolist()]
     s = np.array([-5, 0, 70, -(2**63), 2**63 - 1, -1000], np.int64)
     d = np.zeros((len(s), 20), np.uint8)
-    vb.put_signed(d, s)
+    jt.put_signed(d, s)
     assert [bytes(r).decode() for r in d] == [str(v).rjust(20) for v in s.tolist()]
     ns = np.concatenate([np.array([0, 1, 999, 1000, -1, -1500, 2**63 - 1], np.int64),
                          rng.integers(-10**13, 10**17, 300)])
-    w = vb.micros_width(ns)
+    w = jt.micros_width(ns)
     d = np.zeros((len(ns), w), np.uint8)
-    vb.put_micros(d, ns)
+    jt.put_micros(d, ns)
     want = [("-" if v < 0 else "") + f"{abs(v) // 1000}.{abs(v) % 1000:03d}" for v in ns.tolist()]
     assert [bytes(r).decode() for r in d] == [x.rjust(w) for x in want]
-    nd = vb.hex_digits(u)
+    nd = jt.hex_digits(u)
     d = np.full((len(u), int(nd.max()) + 1), 32, np.uint8)
-    vb.put_hex(d, u, nd)
+    jt.put_hex(d, u, nd)
     assert [bytes(r).decode() for r in d] == [(f"{v:x}" + '"').ljust(d.shape[1])
                                               for v in u.tolist()]
 

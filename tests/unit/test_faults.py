@@ -249,11 +249,14 @@ def test_unrecovered_error_does_not_swallow_later_ones(tmp_path):
 
 
 def test_errors_before_healthy_are_in_the_chain(tmp_path):
-    evs = [cuda(1, "cuMemAlloc_v2", 2), cuda(2, "cuLaunchKernel", 1),
-           cuda(3, "cuMemAlloc_v2", 0)]
+    """Another call of the same family (an allocation) failing before the process is healthy
+    again follows from the fault; a launch failing then does not (issue 16 item 7)."""
+    evs = [cuda(1, "cuMemAlloc_v2", 2), cuda(2, "cuMemAllocAsync", 2),
+           cuda(3, "cuLaunchKernel", 1), cuda(4, "cuMemAlloc_v2", 0)]
     f = run(tmp_path, evs)
     assert [(e["what"], e["fault"]) for e in f[0].chain] == [("error", 2), ("success", None)]
-    assert f[1].function == "cuLaunchKernel" and f[1].recovery_ns is None
+    assert f[1].function == "cuMemAllocAsync" and f[1].recovery_ns is None
+    assert f[2].function == "cuLaunchKernel" and f[2].chain == []
 
 
 def test_chain_ends_where_a_sticky_error_starts_its_own(tmp_path):

@@ -13,7 +13,7 @@ a boundary, starting every quarter segment (piecewise.overlap_windows), so every
 within an eighth of a segment of some window's middle.
 
 A mapped time is the middle of the intersection of every band that holds there: within its
-run, the union of the segments whose coverage includes it (as before: several only in the
+run, the union of the segments whose coverage includes it (more than one only in the
 gap between two segments), cut down by the band of every overlapping window whose data
 span it.  Each band contains the truth when the clock runs linearly over that window, so
 the intersection does too; should they contradict (empty intersection: the clock bent
@@ -30,6 +30,7 @@ from ..errors import ClockalignError
 from .mindelay import burst_groups, min_delay_select
 from .piecewise import bands_between, merge_short, overlap_windows, split_window
 from .segment import Segment
+from .stats import pct
 
 ASSUMPTION = (
     "Each uncertainty assumes the remote clock was read somewhere inside its host interval "
@@ -289,7 +290,7 @@ def fit_sandwiches(t0, remote, t1, tick_ns=0, window_ns=5_000_000_000, burst_gap
         "samples_used": int(sum(s.n_used for s in segments)),
         "samples_total": int(len(t0)),
         "min_rtt_ns": int(rtt.min()),
-        "halfwidth_ns": {"p50": int(np.percentile(half, 50)), "p99": int(np.percentile(half, 99)),
+        "halfwidth_ns": {"p50": int(pct(half, 50)), "p99": int(pct(half, 99)),
                          "max": int(half.max())},
         "floor_ns": int(rtt.min() // 2),
     }

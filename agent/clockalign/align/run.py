@@ -1,7 +1,11 @@
 """Fit every clock domain of a run file: CPU clocks and each GPU's %globaltimer.
 
+Each domain is fitted on its own: one that cannot be fitted (a stuck GPU clock) is listed
+in ``failed`` with its reason, and every other domain keeps its model.
+
     models = fit_run(RunReader("run.ca"))       # {"REALTIME": model, "GPU0": model, ...}
     host_ns, unc_ns = models["GPU0"].map(gpu_ns)
+    models.failed                               # {"GPU1": "no line fits ...: stuck?"}
 """
 import numpy as np
 
@@ -14,8 +18,17 @@ def _sandwiches(cols, sel):
     return tuple(np.asarray(cols[k][sel]).astype(np.int64) for k in ("t0", "remote", "t1"))
 
 
-def fit_run(reader, window_ns=5_000_000_000, burst_gap_ns=None, tick_ns=None) -> dict:
-    """{domain name: AlignmentModel} for every domain with at least 2 sandwiches.
+class Fits(dict):
+    """{domain name: AlignmentModel}, and ``failed``: {domain name: why its fit failed}."""
+
+    def __init__(self, *args, failed: dict = None, **kw):
+        super().__init__(*args, **kw)
+        self.failed = dict(failed or {})
+
+
+def fit_run(reader, window_ns=5_000_000_000, burst_gap_ns=None, tick_ns=None) -> Fits:
+    """{domain name: AlignmentModel} for every domain with at least 2 sandwiches that fits;
+    the domains that do not are in the result's ``failed``.
 
     Both GPU probe methods (ping-pong and launch+sync) give valid sandwiches, so they are
     fitted together; the wider launch+sync ones only bind where ping-pong is missing.
@@ -33,7 +46,7 @@ def fit_run(reader, window_ns=5_000_000_000, burst_gap_ns=None, tick_ns=None) ->
     if gpu:
         for g in np.unique(gpu["gpu"]):
             sources.append((f"GPU{g}", _sandwiches(gpu, gpu["gpu"] == g)))
-    models = {}
+    models = Fits()
     for name, (t0, remote, t1) in sources:
         if len(t0) < 2:
             continue
@@ -42,5 +55,5 @@ def fit_run(reader, window_ns=5_000_000_000, burst_gap_ns=None, tick_ns=None) ->
                 t0, remote, t1, tick_ns=ticks.get(name, 0) if tick_ns is None else tick_ns,
                 window_ns=window_ns, burst_gap_ns=burst_gap_ns, name=name)
         except ClockalignError as e:
-            raise ClockalignError(f"{name}: {e}") from None
+            models.failed[name] = str(e)
     return models

@@ -62,6 +62,11 @@ def buffer_bytes(opts: ProbeOptions) -> int:
     return per_cpu_size(int(opts.ring_mb * (1 << 20)), ncpu)
 
 
+# Tests only: with no NVIDIA driver, kernel log lines a target writes (printk:console, a real
+# __data_loc string) go through the Xid probe's code as this Xid.
+XID_PRINTK_ENV = "CLOCKALIGN_TEST_XID_PRINTK"
+XID_PRINTK_CODE = 31
+
 # drops[] indices that are not record kinds (bpf/clockalign.h CA_DROP_*)
 DROP_NAMES = {0: "state_map_full", 13: "cuda_unpaired", 14: "cuda_nested",
               15: "cuda_slot_busy"}
@@ -101,6 +106,10 @@ def build_cflags(opts: ProbeOptions):
             flags.append("-DCA_XID")
             if tracepoint_field_is_dataloc("nvidia", "nvidia_dev_xid", "msg"):
                 flags.append("-DCA_XID_DATALOC")
+        elif os.environ.get(XID_PRINTK_ENV):
+            flags.append(f"-DCA_XID_PRINTK={XID_PRINTK_CODE}")
+            notes.append(f"{XID_PRINTK_ENV} set: kernel log lines the targets write stand in "
+                         f"for Xid {XID_PRINTK_CODE} (tests only)")
         else:
             notes.append("tracepoint nvidia:nvidia_dev_xid not present (NVIDIA driver not "
                          "loaded?): Xids come only from NVML/DCGM, stamped on receipt")

@@ -2,6 +2,7 @@
 import click
 
 from ..capture.preflight import run_checks
+from ..errors import ClockalignError
 
 EPILOG = """\b
 Examples:
@@ -19,6 +20,7 @@ def command(pid):
     for c in checks:
         click.echo(c.line())
     missing = [c for c in checks if c.required and not c.ok]
-    click.echo(f"{len(missing)} requirement(s) missing" if missing else "ready to record")
     if missing:
-        raise SystemExit(1)
+        raise ClockalignError(f"{len(missing)} requirement(s) missing: "
+                              f"{', '.join(c.name for c in missing)}", exit_code=1)
+    click.echo("ready to record")

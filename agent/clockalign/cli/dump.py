@@ -1,4 +1,5 @@
 """clockalign dump: every event of a run file as one JSON line."""
+import contextlib
 import json
 import sys
 
@@ -8,6 +9,7 @@ from ..errors import ClockalignError, TruncatedRun
 from ..store.decode import event_dicts
 from ..store.reader import RunReader
 from ..store.writer import check_output, open_private
+from .options import output_option, run_file
 
 EPILOG = """\b
 Examples:
@@ -17,12 +19,12 @@ Examples:
 
 
 @click.command("dump", epilog=EPILOG)
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", default="-", help="Output (default stdout); created 0600.")
+@run_file
+@output_option("Output (default stdout); created 0600.", default="-")
 def command(file, output):
     """Write each event as a JSON line with kind, t_ns (MONOTONIC), pid, tid and the kind's
     own fields (cuda: fn, ret, dur_ns, args; connect: peer, errno, dur_ns; sched: prev_state,
-    off_cpu_ns, wakeup_to_run_ns; xid: code, msg). Exits 3 on a truncated file."""
+    off_cpu_ns, wakeup_to_run_ns; xid: code, dev, msg, msg_whole). Exits 3 on a truncated file."""
     r = RunReader(file)
     if output == "-":
         out = sys.stdout
@@ -30,18 +32,14 @@ def command(file, output):
         check_output(output, force=True, what="dump output")
         out = open_private(output, "w")
     try:
-        for batch in r.iter_events():
-            out.writelines(json.dumps(d) + "\n" for d in event_dicts(batch))
-        out.flush()
+        with contextlib.nullcontext(out) if out is sys.stdout else out:
+            for batch in r.iter_events():
+                out.writelines(json.dumps(d) + "\n"
+                               for d in event_dicts(batch, xid_messages=r.xid_messages))
+            out.flush()
+    except BrokenPipeError:
+        raise                     # the reader left (dump | head): main exits 0
     except OSError as e:
-        if isinstance(e, BrokenPipeError):
-            raise
         raise ClockalignError(f"cannot write {output}: {e.strerror or e}") from None
-    finally:
-        if out is not sys.stdout:
-            try:
-                out.close()
-            except OSError:
-                pass
     if not r.clean:
         raise TruncatedRun(f"{file} is {r.truncated}; dumped what was kept")

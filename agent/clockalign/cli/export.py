@@ -1,12 +1,12 @@
 """clockalign export: a run as a trace for ui.perfetto.dev or chrome://tracing."""
 import os
-import sys
 
 import click
 
 from ..errors import TruncatedRun
 from ..export import EXTENSIONS, FORMATS, export_run
 from ..timeline import Timeline
+from .options import output_option, run_file, with_progress
 
 EPILOG = """\b
 Examples:
@@ -16,21 +16,10 @@ Examples:
 """
 
 
-def progress_bar(tl, label):
-    """A click progress bar on stderr when it is a terminal, else None; counts events."""
-    if not sys.stderr.isatty():
-        return None
-    counts = ((tl.reader.trailer or {}).get("counts") or {})
-    total = sum(v for v in counts.values() if isinstance(v, int))
-    if not total:          # truncated run: about 128 bytes of run file per event
-        total = max(1, tl.reader.size // 140)
-    return click.progressbar(length=total, label=label, file=sys.stderr)
-
-
 @click.command("export", epilog=EPILOG)
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
-              help="Output path (default: FILE with .pftrace or .json).")
+@run_file
+@output_option("Output path (default: FILE with .pftrace or .json).",
+               type=click.Path(dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="perfetto",
               show_default=True, help="Native Perfetto protobuf, or Chrome JSON.")
 def command(file, output, fmt):
@@ -41,12 +30,8 @@ def command(file, output, fmt):
     truncated (what was kept is still exported)."""
     tl = Timeline.open(file)
     out = output or os.path.splitext(file)[0] + EXTENSIONS[fmt]
-    bar = progress_bar(tl, f"export {os.path.basename(out)}")
-    if bar is not None:
-        with bar:
-            stats = export_run(tl, out, fmt, progress=bar.update)
-    else:
-        stats = export_run(tl, out, fmt)
+    stats = with_progress(tl, f"export {os.path.basename(out)}",
+                          lambda **kw: export_run(tl, out, fmt, **kw))
     n = sum(stats["events"].values())
     click.echo(f"wrote {out}: {n:,} events on {stats['tracks']} tracks, {stats['faults']} faults, "
                f"{stats['counters']:,} counter samples ({stats['bytes'] / 1e6:.1f} MB, {fmt})")

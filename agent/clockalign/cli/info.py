@@ -1,13 +1,10 @@
 """clockalign info: what a run file holds, and whether it ended cleanly."""
-import datetime
-
 import click
-import numpy as np
 
-from ..store.meta import target_label as container_label
 from ..errors import TruncatedRun
+from ..report.run_info import info_lines
 from ..store.reader import RunReader
-from ..store.schema import KIND_NAMES, Chunk
+from .options import run_file
 
 EPILOG = """\b
 Examples:
@@ -16,86 +13,12 @@ Examples:
 
 
 @click.command("info", epilog=EPILOG)
-@click.argument("file", type=click.Path(dir_okay=False))
+@run_file
 def command(file):
     """Duration, events per kind, drops, clean or truncated, clocks and targets of FILE.
     Exits 3 when the file is truncated (what was kept is still shown)."""
     r = RunReader(file)
-    m = r.meta
-    counts = np.zeros(65536, np.int64)
-    ts_max = None
-    for cols in r.iter_columns(Chunk.EVENTS):       # one chunk at a time: memory stays flat
-        counts += np.bincount(cols["kind"].astype(np.int64), minlength=65536)
-        t = int(cols["ts"].max())
-        ts_max = t if ts_max is None else max(ts_max, t)
-    clocks = m.get("clocks") if isinstance(m.get("clocks"), dict) else {}
-    start = _int(clocks.get("MONOTONIC"))
-    end = _int((r.trailer or {}).get("t_ns"))
-    if end is None:
-        end = ts_max
-    real = _int(clocks.get("REALTIME"))
-    try:
-        when = datetime.datetime.fromtimestamp(real / 1e9, datetime.timezone.utc).isoformat()
-    except (TypeError, ValueError, OverflowError, OSError):
-        when = "?"
-    click.echo(f"file      {file} ({r.size} bytes, format v{r.version}, {r.chunk_count} chunks)")
-    click.echo(f"state     {'clean' if r.clean else r.truncated}")
-    click.echo(f"host      {m.get('host')}  kernel {m.get('kernel')}  driver {m.get('driver')}")
-    click.echo(f"started   {when}  mode {m.get('mode')}")
-    if start is not None and end is not None:
-        click.echo(f"duration  {(end - start) / 1e9:.3f} s")
-    for t in _maps(m.get("targets")):
-        cmd = t.get("cmdline")
-        cmd = " ".join(map(str, cmd)) if isinstance(cmd, list) else str(cmd or "")
-        where = container_label(t)
-        lib = t.get("libcuda")
-        if t.get("libcuda_in_target") and t.get("libcuda_in_target") != lib:
-            lib = f"{t['libcuda_in_target']} (probed as {lib})"
-        click.echo(f"target    pid {t.get('pid')}{f' ({where})' if where else ''}: {cmd[:100]}"
-                   f"  libcuda {lib}")
-    for g in _maps(m.get("gpus")):
-        click.echo(f"gpu       {g.get('index')}: {g.get('name')} {g.get('uuid', '')}")
-    click.echo("clocks    " + "  ".join(f"{k}={v}" for k, v in clocks.items()))
-    if counts.any():
-        click.echo("events    " + ", ".join(f"{KIND_NAMES.get(k, k)} {n}"
-                                            for k, n in enumerate(counts.tolist()) if n))
-    else:
-        click.echo("events    none")
-    other = {Chunk(c).name.lower(): r.count_rows(c) for c in r.chunk_types()
-             if c != Chunk.EVENTS}
-    if other:
-        click.echo("records   " + ", ".join(f"{k} {v}" for k, v in other.items()))
-    if r.trailer:
-        drops = {k: v for k, v in _map(r.trailer.get("drops")).items() if isinstance(v, int)}
-        click.echo(f"drops     {sum(drops.values())}" +
-                   (" (" + ", ".join(f"{k} {v}" for k, v in drops.items()) + ")" if drops else ""))
-        click.echo(f"stopped   {r.trailer.get('reason')}")
-        helpers = _map(r.trailer.get("helpers"))
-        c = _map(helpers.get("counters"))
-        if c and "samples" in c:
-            click.echo(f"counters  {c.get('backend', '?')}: {c['samples']} samples every "
-                       f"{c.get('interval_s', '?')} s, {c.get('missed_deadlines', 0)} missed "
-                       f"sampling deadlines, {c.get('errors', 0)} errors")
-        k = _map(helpers.get("clocks"))
-        if k and "bursts" in k:
-            for dom, n in _map(k.get("bursts")).items():
-                click.echo(f"gpu clock {dom}: {n} bursts by {_map(k.get('method')).get(dom)}, "
-                           f"{_map(k.get('failures')).get(dom, 0)} failures")
-        if r.trailer.get("child_exit"):
-            click.echo(f"command   {r.trailer['child_exit']}")
-    for n in _maps(r.rows(Chunk.NOTICES)):
-        click.echo(f"notice    [{n.get('level')}] {n.get('text')}")
+    for line in info_lines(r, file):
+        click.echo(line)
     if not r.clean:
         raise TruncatedRun(f"{file} is {r.truncated}; shown is what was kept")
-
-
-def _map(v) -> dict:
-    return v if isinstance(v, dict) else {}
-
-
-def _maps(v) -> list:
-    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
-
-
-def _int(v):
-    return v if isinstance(v, int) and not isinstance(v, bool) else None

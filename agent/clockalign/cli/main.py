@@ -5,6 +5,7 @@
     clockalign info run.ca
 """
 import importlib
+import os
 import sys
 
 import click
@@ -17,6 +18,15 @@ _COMMANDS = ["doctor", "record", "info", "dump", "align", "faults", "export", "r
 
 
 class _Group(click.Group):
+    def invoke(self, ctx):
+        # the reader of our stdout left (clockalign dump run.ca | head -1): what it wanted
+        # was written, so this is success; click itself would exit 1
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            _stdout_gone()
+            return None
+
     def list_commands(self, ctx):
         return [c for c in _COMMANDS if _load(c) is not None]
 
@@ -41,10 +51,18 @@ def cli():
     clock, each timestamp with its uncertainty."""
 
 
+def _stdout_gone():
+    """Point stdout at /dev/null, so the interpreter's last flush has nowhere to fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv=None):
     """Entry point: expected failures become one sentence on stderr and a non-zero exit."""
     try:
-        cli.main(args=argv, prog_name="clockalign", standalone_mode=False)
+        # not standalone: click returns an Exit's code (--help, --version) instead of exiting
+        code = cli.main(args=argv, prog_name="clockalign", standalone_mode=False)
     except ClockalignError as e:
         click.echo(f"clockalign: {e}", err=True)
         sys.exit(e.exit_code)
@@ -54,11 +72,11 @@ def main(argv=None):
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
+    try:
+        sys.stdout.flush()
     except BrokenPipeError:
-        sys.exit(0)
-    sys.exit(0)
+        _stdout_gone()
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ import click
 
 from ..errors import TruncatedRun
 from ..timeline import Timeline
-from .export import progress_bar
+from .options import output_option, run_file, with_progress
 
 EPILOG = """\b
 Examples:
@@ -16,10 +16,10 @@ Examples:
 
 
 @click.command("report", epilog=EPILOG)
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False),
-              help="Directory for report.md, report.json and the figures "
-                   "(default: FILE without its extension + '-report').")
+@run_file
+@output_option("Directory for report.md, report.json and the figures (default: FILE "
+               "without its extension + '-report').", dest="out_dir",
+               type=click.Path(file_okay=False))
 @click.option("--window", type=click.IntRange(5), default=50, show_default=True,
               help="Anomalies: points of trailing history each value is judged against.")
 @click.option("--threshold", type=click.FloatRange(0, min_open=True), default=4.0,
@@ -43,12 +43,7 @@ def command(file, out_dir, window, threshold, bin_ms, lookback_s):
     opt = Options(window=window, threshold=threshold,
                   bin_ns=int(bin_ms * 1e6) if bin_ms else None,
                   lookback_ns=int(lookback_s * 1e9))
-    bar = progress_bar(tl, "report")
-    if bar is not None:
-        with bar:
-            rep = build_report(tl, out_dir, opt, progress=bar.update)
-    else:
-        rep = build_report(tl, out_dir, opt)
+    rep = with_progress(tl, "report", lambda **kw: build_report(tl, out_dir, opt, **kw))
     click.echo(rep.text, nl=False)
     click.echo(f"\nwrote {os.path.join(out_dir, 'report.md')} and {len(rep.files) - 1} more "
                f"file(s) in {out_dir}")

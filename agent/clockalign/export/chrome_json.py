@@ -17,7 +17,7 @@ import json
 import numpy as np
 
 from ..store.counter_fields import FIELDS
-from . import varbytes as vb
+from . import jsontext as jt
 from .clocks import clock_snapshot
 from .model import ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR, TraceModel, stream
 
@@ -149,11 +149,11 @@ def _shape_text(b, rows, texts, tracks) -> np.ndarray:
         row.hole(int(tracks[2][tr].max()), _gather, tracks[1], tr)
     start = b.start[rows]
     row.const(b',"ts":')
-    row.hole(vb.micros_width(start), vb.put_micros, start)
+    row.hole(jt.micros_width(start), jt.put_micros, start)
     if sliced:
         dur = b.end[rows] - start
         row.const(b',"dur":')
-        row.hole(vb.micros_width(dur), vb.put_micros, dur)
+        row.hole(jt.micros_width(dur), jt.put_micros, dur)
     row.const(b',"args":{')
     sl = b.slots
     sep = b""
@@ -168,18 +168,18 @@ def _shape_text(b, rows, texts, tracks) -> np.ndarray:
         elif vt == V_INT:
             vi = v.view(np.int64)
             m = max(abs(int(vi.min())), abs(int(vi.max())))
-            row.hole(vb.decimal_digits(m) + 1, vb.put_signed, vi)
+            row.hole(jt.decimal_digits(m) + 1, jt.put_signed, vi)
         elif vt == V_PTR:
-            nd = vb.hex_digits(v)
+            nd = jt.hex_digits(v)
             row.const(b'"0x')
-            row.hole(int(nd.max()) + 1, vb.put_hex, v, nd)
+            row.hole(int(nd.max()) + 1, jt.put_hex, v, nd)
         elif vt == V_STR:
             ids = v.astype(np.intp)
             row.hole(int(tn[ids].max()), _gather, tb, ids)
         elif vt == V_BOOL:
             row.hole(5, _put_bools, v)
         else:                                  # V_UINT
-            row.hole(vb.decimal_digits(hi), vb.put_decimal, v)
+            row.hole(jt.decimal_digits(hi), jt.put_decimal, v)
     row.const(b"}}")
     return row.build(len(rows))
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..store.schema import CUDA_FUNCTIONS, task_state_name  # noqa: F401 (re-exported)
 from ..timeline.codes import cuda_result_name, errno_name, signal_name, xid_name  # noqa: F401
-from ..timeline.events import decode_comm, decode_sockaddr, decode_xid
+from ..timeline.events import decode_comm, decode_sockaddr
 
 # How each traced CUDA argument (schema.CUDA_FUNCTIONS names) is shown.
 POINTER_ARGS = frozenset({"func", "dptr", "stream", "dst", "src", "event", "graph_exec",
@@ -40,11 +40,6 @@ def comm_str(raw) -> str:
 
 def peer_str(raw, addrlen=None) -> str:
     return decode_sockaddr(bytes(raw), addrlen)
-
-
-def xid_text(raw) -> tuple:
-    """(pci device, message) of an XID event."""
-    return decode_xid(bytes(raw))
 
 
 def dims_str(packed: int) -> str:

@@ -744,8 +744,8 @@ class TraceModel:
             slots.put(0, rows, "code", V_INT, sub["ret"].astype(np.int64))
             devs, idx = decode.unique_strings(raw[:, :16], decode.comm_str)
             slots.put(1, rows, "dev", V_STR, self.strings.ids_of(devs)[idx])
-            msgs, idx = decode.unique_strings(raw[:, 16:], decode.comm_str)
-            slots.put(2, rows, "msg", V_STR, self.strings.ids_of(msgs)[idx])
+            msgs = [self.tl.xid_text(e)[1] for e in sub.ev[sub.rows]]
+            slots.put(2, rows, "msg", V_STR, self.strings.ids_of(msgs))
             slots.put(3, rows, "pid", V_UINT, sub["pid"])
         else:
             cat[rows] = CAT["thread"]

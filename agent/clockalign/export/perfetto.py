@@ -21,7 +21,6 @@ serialized by the Perfetto classes; everything else is built with the classes di
         stats = write_perfetto(tl, f)
 """
 import numpy as np
-from google.protobuf import descriptor as _fd
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
     BuiltinClock, ClockSnapshot, CounterDescriptor, DebugAnnotation, DebugAnnotationName,
     EventCategory, EventName, InternedData, InternedString, ProcessDescriptor,
@@ -37,16 +36,10 @@ MONOTONIC = BuiltinClock.BUILTIN_CLOCK_MONOTONIC
 CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 NEEDS = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 
-_WIRE = {_fd.FieldDescriptor.TYPE_FIXED64: 1, _fd.FieldDescriptor.TYPE_DOUBLE: 1,
-         _fd.FieldDescriptor.TYPE_SFIXED64: 1, _fd.FieldDescriptor.TYPE_MESSAGE: 2,
-         _fd.FieldDescriptor.TYPE_STRING: 2, _fd.FieldDescriptor.TYPE_BYTES: 2,
-         _fd.FieldDescriptor.TYPE_FIXED32: 5, _fd.FieldDescriptor.TYPE_FLOAT: 5}
-
-
 def tag(cls, field: str, width: int = None) -> bytes:
     """The key bytes of one field of a Perfetto message class (from its descriptor)."""
     f = cls.DESCRIPTOR.fields_by_name[field]
-    return vb.varint_scalar(f.number << 3 | _WIRE.get(f.type, 0), width)
+    return vb.field_key(f.number, f.type, width)
 
 
 T_PACKET = tag(Trace, "packet")
@@ -69,8 +62,8 @@ _VALUE_FIELDS = {V_UINT: "uint_value", V_INT: "int_value", V_PTR: "pointer_value
                  V_STR: "string_value_iid", V_BOOL: "bool_value"}
 _VW = max(len(tag(DebugAnnotation, f)) for f in _VALUE_FIELDS.values())
 A_VALUE = {k: tag(DebugAnnotation, f, _VW) for k, f in _VALUE_FIELDS.items()}
-_VTAGS = vb.Table([A_VALUE.get(i, A_VALUE[V_UINT]) for i in range(max(A_VALUE) + 1)])
-_TYPES = vb.Table([TYPE_B, TYPE_I])
+_VTAGS = vb.ByteTable([A_VALUE.get(i, A_VALUE[V_UINT]) for i in range(max(A_VALUE) + 1)])
+_TYPES = vb.ByteTable([TYPE_B, TYPE_I])
 
 
 def _msg(tag_bytes: bytes, parts: list, rows: int) -> list:
@@ -198,7 +191,7 @@ class PerfettoWriter:
                              for r in rows]
             idx = np.zeros(n, dtype=np.int64)
             idx[rows] = np.arange(1, len(rows) + 1)
-            te.append(vb.Table(extra).take(idx))
+            te.append(vb.ByteTable(extra).take(idx))
         seq_part = [vb.const(P_TAIL_SEQ), vb.varint(seq), vb.const(P_FLAGS_NEEDS)]
         begin = _msg(T_PACKET, [vb.const(P_TS), vb.varint(b.start)] + _msg(P_TE, te, n)
                      + seq_part, n)

@@ -106,6 +106,10 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
         for r in rows]
     fig = figures.alignment(rows, t0, out_dir)
     files += [fig] if fig else []
+    nums["alignment_failed"] = dict(tl.fit_failures)
+    failed = "".join(f"- {d}: the fit failed ({why}); {d} times are not mapped\n"
+                     for d, why in tl.fit_failures.items())
+    failed = "\nDomains that could not be fitted:\n\n" + failed if failed else ""
     if rows:
         assumption = rows[0]["assumption"]
         body_md = (t.markdown() + ("\nSteps:\n\n" + steps_md if steps_md else "") +
@@ -113,9 +117,14 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
                    "half-width + the remote clock's tick + the sample's own stamping "
                    "uncertainty (counter samples: their NVML/DCGM latency). BPF events are "
                    "stamped on MONOTONIC itself (no mapping).\n\n" + b.markdown() +
-                   f"\n{assumption}\n" + (f"\n![alignment]({fig})\n" if fig else ""))
+                   f"\n{assumption}\n" + (f"\n![alignment]({fig})\n" if fig else "") + failed)
         section("Alignment", t.text() + "\n\n" + b.text() + ("\n  " + steps_md.replace(
-            "\n", "\n  ").rstrip() if steps_md else ""), body_md)
+            "\n", "\n  ").rstrip() if steps_md else "") + failed.replace("\n", "\n  "),
+            body_md)
+    elif failed:
+        section("Alignment", "  no domain could be fitted: only MONOTONIC stamps are usable"
+                + failed.replace("\n", "\n  "),
+                "No clock domain could be fitted: only MONOTONIC stamps are usable.\n" + failed)
     else:
         section("Alignment", "  no clock samples: only MONOTONIC stamps are usable",
                 "No clock samples in this run: only MONOTONIC stamps are usable.\n")
@@ -241,7 +250,7 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
     files += cfigs
     if cnt is not None and len(cnt):
         from ..store.counter_fields import FIELDS
-        t = Table(["gpu", "field", "unit", "samples", "min", "median", "max"])
+        t = Table(["gpu", "field", "unit", "samples", "min", "p50", "max"])
         for g in np.unique(cnt["gpu"]).tolist():
             for f in np.unique(cnt["field"]).tolist():
                 mm = (cnt["gpu"] == g) & (cnt["field"] == f)
@@ -250,7 +259,7 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
                 v = cnt["value"][mm]
                 name, unit = FIELDS.get(f, (f"field {f}", ""))[:2]
                 t.add([g, name, unit, fmt_count(mm.sum()), f"{v.min():.6g}",
-                       f"{np.median(v):.6g}", f"{v.max():.6g}"])
+                       f"{analysis.pct(v, 50):.6g}", f"{v.max():.6g}"])
         notes = "".join(f"\n{n}\n" for n in getattr(tl, "notes", []) if "counter" in n)
         section("GPU counters", t.text(), t.markdown() + notes +
                 "".join(f"\n![{f}]({f})\n" for f in cfigs))
@@ -271,8 +280,10 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
         t.add([fmt_t(f.t_ns, t0), f.kind, f.name, where.strip() or "-", fmt_ns(f.unc_ns), src,
                fmt_ns(f.recovery_ns), then])
     nums["faults"] = [{"t_ns": f.t_ns, "kind": f.kind, "name": f.name, "unc_ns": f.unc_ns,
-                       "recovery_ns": f.recovery_ns, "chain": len(f.chain or [])}
-                      for f in faults]
+                       "recovery_ns": f.recovery_ns, "chain": len(f.chain or []),
+                       "message": f.message} for f in faults]
+    xid_text = "".join(f"- {fmt_t(f.t_ns, t0)} {f.name}: `{f.message}`\n"
+                       for f in faults if f.kind == "xid" and f.message)
     if faults:
         tt = Table(t.header, t.align)
         roots = [r for f, r in zip(faults, t.rows) if f.kind != "cuda_sticky_error"]
@@ -281,7 +292,8 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
         sticky = sum(f.kind == "cuda_sticky_error" for f in faults)
         more = (f"\n  ... {len(roots) - 12} more" if len(roots) > 12 else "")
         section("Faults", f"  {len(faults)} fault(s), {sticky} of them repeats of a sticky "
-                f"error\n" + tt.text() + more, t.markdown())
+                f"error\n" + tt.text() + more,
+                t.markdown() + ("\nXid messages, whole:\n\n" + xid_text if xid_text else ""))
     else:
         section("Faults", "  none", "No faults.\n")
 

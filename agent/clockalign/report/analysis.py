@@ -9,21 +9,12 @@ which render.py prints and tests compare with the input.
 """
 import numpy as np
 
+from ..align.stats import int_grid, pct  # noqa: F401 (pct: the report's percentile)
 from ..export import decode
 from ..store import cuda_api
 from ..store.schema import Chunk, ClockDomain
 
 LAUNCH_FNS = list(cuda_api.ids("launch"))
-
-
-def pct(x, q):
-    """Percentile by the nearest-rank method (a value that occurred); None when empty."""
-    x = np.asarray(x)
-    if not len(x):
-        return None
-    s = np.sort(x)
-    k = int(np.ceil(q / 100.0 * len(s))) - 1
-    return int(s[min(max(k, 0), len(s) - 1)])
 
 
 def _named_counts(codes, namer) -> dict:
@@ -210,7 +201,7 @@ def alignment(tl) -> list:
             row["residual_t"] = mid
             row["residual_ns"] = mid - model.center_map(r)
             row["residual_half_rtt"] = (t1 - t0) // 2
-            grid_r = np.linspace(r.min(), r.max(), 400).astype(np.int64)
+            grid_r = int_grid(r.min(), r.max(), 400)
             row["band_t"], row["band_ns"] = model.map(grid_r)
         out.append(row)
     return out

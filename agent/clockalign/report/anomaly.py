@@ -23,6 +23,7 @@ before it within ``lookback``, with its lead time.
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..align.stats import pct
 from ..store import cuda_api
 from .analysis import LAUNCH_FNS
 
@@ -106,7 +107,8 @@ def signals(data, inside, tl, bin_ns: int) -> list:
         lm = np.isin(c["fn"].astype(np.int64), LAUNCH_FNS)
         if lm.any():
             out.append(("launch latency (median per bin)", "ns", mid,
-                        _binned(c["t"][lm], c["dur"][lm].astype(np.float64), edges, np.median)))
+                        _binned(c["t"][lm], c["dur"][lm].astype(np.float64), edges,
+                                 lambda a: pct(a, 50))))
         nosync = ~np.isin(c["fn"].astype(np.int64), SYNC_FNS)
         k = np.clip(np.searchsorted(edges, c["t"][nosync], side="right") - 1, 0, nb - 1)
         total = np.bincount(k, weights=inside["per_call_ns"][nosync].astype(np.float64),
@@ -118,7 +120,7 @@ def signals(data, inside, tl, bin_ns: int) -> list:
         if w.any():
             out.append(("wakeup-to-run latency (p90 per bin)", "ns", mid,
                         _binned(s["t"][w], s["wake"][w].astype(np.float64), edges,
-                                lambda a: np.percentile(a, 90))))
+                                lambda a: pct(a, 90))))
         pre = s["pre"].astype(bool)
         k = np.clip(np.searchsorted(edges, s["t"][pre], side="right") - 1, 0, nb - 1)
         out.append(("involuntary preemptions per bin", "count/bin", mid,

@@ -1,17 +1,16 @@
-"""PNG figures of the report (matplotlib, Agg): titled, with units, log scales where tails
-matter, faults marked, time in seconds from the start of the run.
+"""PNG figures of the report: titled, with units, log scales where tails matter, faults
+marked, time in seconds from the start of the run.  Each is a matplotlib Figure object
+(no pyplot, no global state, no backend chosen at import: matplotlib loads only when a
+figure is drawn), written 0600 like the run file.
 
-    paths = figures.all(ctx, out_dir)       # {"cuda_latency": "cuda_latency.png", ...}
+    name = figures.alignment(analysis.alignment(tl), tl.start_ns, out_dir)  # "alignment.png"
 """
 import os
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from ..store.writer import open_private  # noqa: E402
+from ..align.stats import pct
+from ..store.writer import open_private
 
 DPI = 110
 FAULT_COLORS = {"xid": "crimson", "cuda_error": "darkorange", "cuda_sticky_error": "orange",
@@ -34,12 +33,18 @@ def _mark_faults(ax, faults, t0, label=True):
         ax.axvline(_secs(f.t_ns, t0), color=c, lw=1.0, ls="--", alpha=0.8, label=lab)
 
 
+def _subplots(nrows=1, ncols=1, figsize=None, **kw):
+    """A new Figure and its axes (Figure.subplots: the arguments of pyplot.subplots)."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, **kw)
+
+
 def _save(fig, out_dir, name) -> str:
     path = os.path.join(out_dir, name)
     fig.tight_layout()
     with open_private(path, "wb") as fh:          # 0600, the sudo user's: like the run file
         fig.savefig(fh, dpi=DPI, format="png")
-    plt.close(fig)
     return name
 
 
@@ -58,7 +63,7 @@ def alignment(rows, t0, out_dir):
     rows = [r for r in rows if "band_t" in r or "residual_t" in r]
     if not rows:
         return None
-    fig, axes = plt.subplots(len(rows), 1, figsize=(10, 2.6 * len(rows)), squeeze=False)
+    fig, axes = _subplots(len(rows), 1, figsize=(10, 2.6 * len(rows)), squeeze=False)
     for ax, r in zip(axes[:, 0], rows):
         if "residual_t" in r:
             x = _secs(r["residual_t"], t0)
@@ -92,7 +97,7 @@ def cuda_latency(cuda, table, out_dir):
     bins = _log_bins(cuda["dur"])
     if bins is None:
         return None
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = _subplots(figsize=(10, 4.5))
     fns = cuda["fn"].astype(np.int64)
     for row in table[:6]:
         d = cuda["dur"][fns == row["fn"]]
@@ -112,12 +117,12 @@ def wakeup_latency(sched, out_dir):
     bins = _log_bins(w)
     if bins is None:
         return None
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig, ax = _subplots(figsize=(10, 4))
     ax.hist(w, bins=bins, color="tab:purple", alpha=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     for q, ls in ((50, "-"), (99, "--")):
-        v = np.percentile(w, q)
+        v = pct(w, q)
         ax.axvline(v, color="black", ls=ls, lw=1, label=f"p{q} {v / 1e3:.1f} µs")
     ax.set_xlabel("wakeup-to-run latency (ns, log)")
     ax.set_ylabel("wakeups (log)")
@@ -129,7 +134,7 @@ def wakeup_latency(sched, out_dir):
 def offcpu_heatmap(tids, edges, mat, names, t0, faults, out_dir):
     if not len(tids):
         return None
-    fig, ax = plt.subplots(figsize=(11, 0.35 * len(tids) + 2))
+    fig, ax = _subplots(figsize=(11, 0.35 * len(tids) + 2))
     width = (edges[1] - edges[0]) if len(edges) > 1 else 1
     share = mat / width * 100
     im = ax.imshow(share, aspect="auto", interpolation="nearest", cmap="magma",
@@ -150,7 +155,7 @@ def connect_latency(conn, table, out_dir):
     bins = _log_bins(conn["dur"], 40)
     if bins is None:
         return None
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig, ax = _subplots(figsize=(10, 4))
     pid = conn["peer"].astype(np.int64)
     for row in table[:6]:
         m = pid == row["_peer_id"]
@@ -179,7 +184,7 @@ def counters(cnt, t0, faults, out_dir) -> list:
         fields += sorted(present - set(fields))[:max(0, 8 - len(fields))]
         if not fields:
             continue
-        fig, axes = plt.subplots(len(fields), 1, figsize=(11, 1.7 * len(fields) + 1),
+        fig, axes = _subplots(len(fields), 1, figsize=(11, 1.7 * len(fields) + 1),
                                  sharex=True, squeeze=False)
         gf = [f for f in faults if f.gpu in (None, g)]
         for ax, fid in zip(axes[:, 0], fields):
@@ -203,7 +208,7 @@ def anomalies(det, t0, faults, out_dir):
     sigs = [s for s in det["signals"] if np.isfinite(s["z"]).any()]
     if not sigs:
         return None
-    fig, axes = plt.subplots(len(sigs), 1, figsize=(11, 1.6 * len(sigs) + 1), sharex=True,
+    fig, axes = _subplots(len(sigs), 1, figsize=(11, 1.6 * len(sigs) + 1), sharex=True,
                              squeeze=False)
     th = det["threshold"]
     for ax, s in zip(axes[:, 0], sigs):
@@ -216,7 +221,8 @@ def anomalies(det, t0, faults, out_dir):
         ax.set_ylabel("robust z", fontsize=7)
         ax.set_title(s["name"], fontsize=8, loc="left")
         _mark_faults(ax, faults, t0, label=ax is axes[0, 0])
-    axes[0, 0].legend(loc="upper left", fontsize=7, ncol=4)
+    if any(f.kind != "cuda_sticky_error" for f in faults):
+        axes[0, 0].legend(loc="upper left", fontsize=7, ncol=4)
     fig.suptitle(f"Signals against their trailing {det['window']}-point median "
                  f"(green: |z| < {th:g}; red: outside)", fontsize=10)
     axes[-1, 0].set_xlabel("time since start of run (s)")

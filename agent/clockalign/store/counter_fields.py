@@ -139,16 +139,14 @@ def decode_clock_reasons(mask) -> list:
     return names
 
 
-def clock_reason_transitions(t_ns, masks, bits=CAPPING) -> list:
-    """When each reason in ``bits`` switched on or off, from a series of reason masks.
+def clock_reason_changes(masks, bits=CAPPING) -> list:
+    """Where each reason in ``bits`` switched on or off in a series of reason masks (one
+    GPU's clock_event_reasons values in time order): ``[(sample index, bit, name, on)]``
+    by bit then index; a reason set in the first sample switches on at sample 0, since
+    nothing earlier was seen.
 
-    ``t_ns`` and ``masks`` are one GPU's clock_event_reasons rows in time order.  Returns
-    ``[(t_on_or_off, name, True/False), ...]``; a reason already set in the first sample
-    is reported as switching on at that sample, since nothing earlier was seen.
-
-        for t, name, on in clock_reason_transitions(t, m): print(t, name, "on" if on else "off")
+        for i, bit, name, on in clock_reason_changes(m): print(i, name, on)
     """
-    t_ns = np.asarray(t_ns, dtype=np.int64)
     masks = np.asarray(masks).astype(np.int64)
     out = []
     if not len(masks):
@@ -159,7 +157,20 @@ def clock_reason_transitions(t_ns, masks, bits=CAPPING) -> list:
             continue
         now = (masks & bit) != 0
         was = (prev & bit) != 0
-        for i in np.flatnonzero(now != was):
-            out.append((int(t_ns[i]), name, bool(now[i])))
+        out.extend((int(i), bit, name, bool(now[i])) for i in np.flatnonzero(now != was))
+    return out
+
+
+def clock_reason_transitions(t_ns, masks, bits=CAPPING) -> list:
+    """When each reason in ``bits`` switched on or off, from a series of reason masks.
+
+    ``t_ns`` and ``masks`` are one GPU's clock_event_reasons rows in time order.  Returns
+    ``[(t_on_or_off, name, True/False), ...]``; a reason already set in the first sample
+    is reported as switching on at that sample, since nothing earlier was seen.
+
+        for t, name, on in clock_reason_transitions(t, m): print(t, name, "on" if on else "off")
+    """
+    t_ns = np.asarray(t_ns, dtype=np.int64)
+    out = [(int(t_ns[i]), name, on) for i, _, name, on in clock_reason_changes(masks, bits)]
     out.sort(key=lambda e: (e[0], e[1]))
     return out

@@ -13,7 +13,8 @@ import struct
 import numpy as np
 
 from . import cuda_api
-from .schema import CUDA_FUNCTIONS, KIND_NAMES, Kind, task_state_name, unpack_dims
+from .schema import (CUDA_FUNCTIONS, EVENT_DTYPE, KIND_NAMES, XID_PART_LEN, Kind,
+                     task_state_name, unpack_dims)
 
 
 def cstring(raw, start: int = 0, length: int = None) -> str:
@@ -27,8 +28,53 @@ def decode_comm(data) -> str:
 
 
 def decode_xid(data):
-    """(pci device name, message) from an XID event's data: dev[16] + msg[40]."""
+    """(pci device name, message start) from an XID event's data: dev[16] + msg[40]; the
+    whole message is in XidMessages."""
     return cstring(data, 0, 16), cstring(data, 16, 40)
+
+
+_PART_AT = EVENT_DTYPE.fields["a0"][1]
+_XID_HEAD_ROOM = 39          # message bytes the XID record itself keeps (msg[40], NUL)
+
+
+class XidMessages:
+    """Whole Xid messages, joined from the XID_MSG records the probe sends before each XID
+    record (same ts, pid, tid).  A reader hands every events batch through take(), in file
+    order, so the parts of an Xid are all in hand when its record is decoded.
+
+        msgs = XidMessages()
+        ev = msgs.take(batch)                     # the batch without its XID_MSG rows
+        dev, msg, whole = msgs.of(ev[ev["kind"] == Kind.XID][0])
+    """
+
+    def __init__(self):
+        self._parts = {}     # (pid, tid, ts) -> {part index: bytes}
+
+    def take(self, ev: np.ndarray) -> np.ndarray:
+        """ev (EVENT_DTYPE) without its XID_MSG rows, whose bytes are kept here."""
+        m = ev["kind"] == Kind.XID_MSG
+        if not m.any():
+            return ev
+        for e in ev[m]:
+            key = (int(e["pid"]), int(e["tid"]), int(e["ts"]))
+            self._parts.setdefault(key, {})[int(e["code"])] = \
+                e.tobytes()[_PART_AT:_PART_AT + XID_PART_LEN]
+        return ev[~m]
+
+    def of(self, e) -> tuple:
+        """(dev, message, whole) of one XID row (EVENT_DTYPE or TIMELINE_DTYPE): the whole
+        message where every part arrived, else the start the record keeps (a part dropped,
+        or a file from before the parts, which said no length); whole says which."""
+        dev, head = decode_xid(e["data"])
+        length = int(e["a0"])
+        ts = int(e["ts"] if "ts" in e.dtype.names else e["t_ns"])
+        parts = self._parts.get((int(e["pid"]), int(e["tid"]), ts), {})
+        n = -(-length // XID_PART_LEN)
+        if length and all(i in parts for i in range(n)):
+            raw = b"".join(parts[i] for i in range(n))[:length]
+            return dev, raw.decode("utf-8", "replace"), True
+        return dev, head, length == len(head.encode()) or (not length and
+                                                            len(head.encode()) < _XID_HEAD_ROOM)
 
 
 def decode_sockaddr(data, addrlen=None) -> str:
@@ -56,8 +102,10 @@ def decode_sockaddr(data, addrlen=None) -> str:
 
 
 
-def event_dicts(ev: np.ndarray, t_field="ts"):
-    """One JSON-ready dict per event (dump's schema: kind, t_ns, pid, tid + per-kind fields)."""
+def event_dicts(ev: np.ndarray, t_field="ts", xid_messages: XidMessages = None):
+    """One JSON-ready dict per event (dump's schema: kind, t_ns, pid, tid + per-kind fields);
+    an Xid's whole message comes from xid_messages (the reader's)."""
+    xid_messages = xid_messages or XidMessages()
     data = ev["data"]
     for i in range(len(ev)):
         e = ev[i]
@@ -97,8 +145,8 @@ def event_dicts(ev: np.ndarray, t_field="ts"):
                      preempted=bool(e["code"]), wakeup_to_run_ns=int(e["a0"]),
                      cpu_out=int(e["a1"]), cpu_in=int(e["a2"]))
         elif kind == Kind.XID:
-            dev, msg = decode_xid(data[i])
-            d.update(code=int(e["ret"]), dev=dev, msg=msg)
+            dev, msg, whole = xid_messages.of(e)
+            d.update(code=int(e["ret"]), dev=dev, msg=msg, msg_whole=whole)
         elif kind in (Kind.THREAD_NEW, Kind.THREAD_NAME, Kind.THREAD_EXIT):
             d["comm"] = decode_comm(data[i])
             if kind == Kind.THREAD_NEW:
@@ -108,5 +156,6 @@ def event_dicts(ev: np.ndarray, t_field="ts"):
         elif kind == Kind.PROC_EXIT:
             d["exit_code"] = int(e["ret"])
         elif kind == Kind.SIGNAL:
-            d.update(signal=int(e["ret"]), sender_pid=int(e["a0"]), result=int(e["code"]))
+            d.update(signal=int(e["ret"]), sender_pid=int(e["a0"]),
+                     sender_comm=decode_comm(data[i]), result=int(e["code"]))
         yield d

@@ -25,6 +25,7 @@ import zstandard
 from ..errors import DamagedRun, NotARunFile, UnsupportedVersion
 from . import codec
 from .counter_fields import COUNTER_COLUMNS
+from .decode import XidMessages
 from .schema import EVENT_DTYPE, MAGIC, Chunk
 from .writer import CHUNK, CHUNK_MARK, CHUNK_TYPE_LEN, END, END_MARK, HEADER, HEADER_CRC
 
@@ -139,6 +140,7 @@ class RunReader:
         self.skipped = []          # (start byte, end byte, chunks) of each damaged stretch
         self.header_damaged = None
         self.decode_errors = []
+        self.xid_messages = XidMessages()
         pos = self._read_header(meta_len)
         self.chunk_count = self._scan(pos)
 
@@ -377,19 +379,22 @@ class RunReader:
         return out
 
     def iter_events(self):
-        """Yield EVENT_DTYPE arrays, one per EVENTS chunk (bounded memory)."""
+        """Yield EVENT_DTYPE arrays, one per EVENTS chunk (bounded memory).  The XID_MSG
+        records are taken out into self.xid_messages: xid_messages.of(row) gives an Xid's
+        whole message (iter_columns(Chunk.EVENTS) shows the records as they are)."""
         for off, payload in self._payloads(Chunk.EVENTS):
             if "codec" not in payload:
-                yield self.as_events(self.decode_payload(payload))
-                continue
-            out = np.zeros(payload["n"], dtype=EVENT_DTYPE)
-            try:
-                codec.decode_columns(payload, into=out)
-            except codec.CodecError as e:
-                raise DamagedRun(f"{self.path} is damaged: the chunk at byte {off - CHUNK.size} "
-                                 f"does not decode ({e})") from None
-            yield out
+                out = self.as_events(self.decode_payload(payload))
+            else:
+                out = np.zeros(payload["n"], dtype=EVENT_DTYPE)
+                try:
+                    codec.decode_columns(payload, into=out)
+                except codec.CodecError as e:
+                    raise DamagedRun(f"{self.path} is damaged: the chunk at byte "
+                                     f"{off - CHUNK.size} does not decode ({e})") from None
+            yield self.xid_messages.take(out)
 
     def events(self) -> np.ndarray:
-        """All BPF events as one EVENT_DTYPE array, in file order."""
-        return self.as_events(self.columns(Chunk.EVENTS))
+        """All BPF events as one EVENT_DTYPE array, in file order (XID_MSG parts taken out
+        into self.xid_messages)."""
+        return self.xid_messages.take(self.as_events(self.columns(Chunk.EVENTS)))

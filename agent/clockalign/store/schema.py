@@ -1,8 +1,8 @@
 """Record schema shared by the BPF programs, the recorder and every reader.
 
 The BPF side emits one fixed-size C struct (bpf/clockalign.h, ``struct ca_event``) for
-every kind of event; EVENT_DTYPE is its numpy twin, so a batch from the ring buffer is
-decoded with one ``np.frombuffer`` call.  Kind, chunk-type and CUDA function numbers are
+every kind of event; EVENT_DTYPE is its numpy twin, so a batch from the per-CPU perf
+buffers (capture/perfbuf.py) is decoded with one numpy view.  Kind, chunk-type and CUDA function numbers are
 part of the file format: a retired number is never reused.
 
     ev = np.frombuffer(raw, dtype=EVENT_DTYPE)
@@ -26,15 +26,22 @@ class Kind(enum.IntEnum):
     CONNECT = 3         # connect(): ts=enter, dur, ret=0 or -errno, a0=fd, a1=addrlen, data=sockaddr
     SCHED = 4           # one off-CPU interval: ts=switch-out, dur=off-CPU ns, ret=prev_state,
                         # code=1 preempted / 0 blocked, a0=wakeup-to-run ns, a1=cpu out, a2=cpu in
-    XID = 5             # nvidia_dev_xid: ret=error_code, data=dev[16] + msg[40]
+    XID = 5             # nvidia_dev_xid: ret=error_code, data=dev[16] + msg[40] (its first 39
+                        # bytes), a0=message length, a1=XID_MSG parts sent before it
     THREAD_NEW = 6      # clone by a target: tid=child, a0=parent tid, data=comm
     THREAD_NAME = 7     # task_rename: data=new comm
     THREAD_EXIT = 8     # a target thread exited: code=group_dead
     PROC_EXIT = 9       # exit_group(): ret=exit code
-    SIGNAL = 10         # a signal sent to a target: ret=signal, a0=sender tgid, code=result
+    SIGNAL = 10         # a signal sent to a target: ret=signal, a0=sender tgid, code=result,
+                        # data=sender comm
+    XID_MSG = 12        # one XID_PART_LEN piece of an Xid's whole message, sent before the XID
+                        # (same ts, pid, tid): code=part index, ret=message length, bytes in
+                        # a0..a4 + data.  Readers join them (store/decode.XidMessages).
 
 
 KIND_NAMES = {k: k.name.lower() for k in Kind}
+
+XID_PART_LEN = 96   # bpf/probes.c CA_XID_PART_LEN: the bytes of a record from a0 on
 
 # ca_event, 128 bytes, little endian, no implicit padding (see bpf/clockalign.h).
 EVENT_DTYPE = np.dtype([

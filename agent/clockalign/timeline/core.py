@@ -56,6 +56,7 @@ class Timeline:
         self._faults = None
         self._gpu_events = None
         self._fit_error = None
+        self._fit_failures = {}
         self.notes = []
 
     @classmethod
@@ -78,13 +79,27 @@ class Timeline:
                                   "stamps are usable, other domains are not mapped")
             else:
                 try:
-                    self._models = dict(fit_run(self.reader) or {})
+                    fits = fit_run(self.reader)
                 except ClockalignError as e:
                     # BPF stamps are MONOTONIC already: faults and events stay usable
                     self._models = {}
                     self._fit_error = str(e)
                     self.notes.append(f"clock fit failed ({e}): no domain is mapped")
+                    return self._models
+                self._models = dict(fits)
+                # one domain that does not fit leaves the others mapped; BPF stamps are
+                # MONOTONIC already, so events and faults stay usable either way
+                self._fit_failures = dict(fits.failed)
+                for name, why in fits.failed.items():
+                    self.notes.append(f"the {name} clock fit failed ({why}): {name} times are "
+                                      "not mapped; the other domains are")
         return self._models
+
+    @property
+    def fit_failures(self) -> dict:
+        """{domain: why its clock fit failed}; every other domain is in ``models``."""
+        self.models
+        return dict(self._fit_failures)
 
     def map(self, domain: str, remote_ns, stamp_unc_ns=None):
         """Map timestamps of ``domain`` onto MONOTONIC -> (t_ns int64, unc_ns int64).
@@ -105,6 +120,10 @@ class Timeline:
                 if self._fit_error:
                     raise ClockalignError(f"cannot map {domain} times of {self.path}: the clock "
                                           f"fit failed ({self._fit_error})")
+                if domain in self.fit_failures:
+                    raise ClockalignError(f"cannot map {domain} times of {self.path}: the "
+                                          f"{domain} clock fit failed "
+                                          f"({self.fit_failures[domain]})")
                 have = ", ".join(sorted(self.models)) or "none"
                 raise ClockalignError(f"{self.path} has no {domain} clock samples to map with "
                                       f"(domains fitted: {have})")
@@ -222,6 +241,10 @@ class Timeline:
                 keep[i] = self.gpu_of_pci(decode_xid(ev["data"][i])[0]) == int(gpu)
             ev = ev[keep]
         return ev[np.argsort(ev["t_ns"], kind="stable")]
+
+    def xid_text(self, ev) -> tuple:
+        """(dev, whole message, whole?) of an XID row that this timeline has yielded."""
+        return self.reader.xid_messages.of(ev)
 
     # ------------------------------------------------------------------ GPUs
     def gpu_of_pci(self, name):

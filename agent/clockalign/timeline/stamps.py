@@ -23,6 +23,7 @@ STAMPS = {
     Kind.CONNECT: ("tracepoint", 0),      # syscalls:sys_enter_connect / sys_exit_connect
     Kind.SCHED: ("tracepoint", 0),        # sched:sched_switch
     Kind.XID: ("tracepoint", 0),          # nvidia:nvidia_dev_xid
+    Kind.XID_MSG: ("tracepoint", 0),      # the same Xid's message, same stamp
     Kind.THREAD_NEW: ("tracepoint", 0),   # sched:sched_process_fork
     Kind.THREAD_NAME: ("tracepoint", 0),  # task:task_rename
     Kind.THREAD_EXIT: ("tracepoint", 0),  # sched:sched_process_exit
