@@ -1,0 +1,245 @@
+"""One `clockalign inject`: check the request, record each engine x fault session with the
+recorder (spawn mode: the session, the service, its workers and the load are all its
+children), cut the repetitions into segments and write the outputs.
+
+    paths = inject(Plan(engines=["onnxruntime"], faults=["timeout"], n=5, out_dir="out"))
+
+Per engine x fault in out_dir: ENGINE-FAULT.ca (the run file), ENGINE-FAULT.pftrace (its
+Perfetto trace), ENGINE-FAULT/ (client.json: the client's stamps; events.jsonl: the
+service's log; load.json; repetitions.json: every boundary of every repetition).
+"""
+import dataclasses
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+from ..errors import ClockalignError
+from .faults import FAULTS
+
+ENGINES = ("torch", "onnxruntime", "v2")
+SESSION_EXIT_S = 30
+
+
+@dataclasses.dataclass
+class Plan:
+    engines: list
+    faults: list
+    out_dir: str
+    n: int = 20
+    url: str = None
+    model: str = None
+    port: int = 0
+    load: int = 0
+    load_generator: str = "auto"
+    deadline_ms: float = 1000.0
+    recovery_deadline_ms: float = 2800.0
+    device: str = "auto"
+    cuda_probes: bool = True
+    export: bool = True
+
+
+def _gpu_present() -> bool:
+    try:
+        from ..capture.counters import gpu_inventory
+        gpus, _ = gpu_inventory()
+    except ImportError:
+        gpus = []
+    return bool(gpus)
+
+
+def free_port(port: int) -> int:
+    """``port`` if it can be bound on 127.0.0.1 (0: any free one), else one sentence."""
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        return s.getsockname()[1]
+    except OSError as e:
+        raise ClockalignError(f"port {port} on 127.0.0.1 is in use ({e.strerror}): "
+                              "choose another with --port") from None
+    finally:
+        s.close()
+
+
+def check(plan: Plan) -> None:
+    """Refuse, in one sentence, what cannot run here: before anything is recorded."""
+    from .engines import available
+    from .load import is_loopback
+    if plan.n < 1:
+        raise ClockalignError(f"-n must be at least 1 (got {plan.n})")
+    for e in plan.engines:
+        if e not in ENGINES:
+            raise ClockalignError(f"unknown engine {e!r}; choose one of {', '.join(ENGINES)}")
+    for f in plan.faults:
+        if f not in FAULTS:
+            raise ClockalignError(f"unknown fault {f!r}; choose one of {', '.join(FAULTS)}")
+    if "v2" in plan.engines:
+        if not plan.url:
+            raise ClockalignError("--engine v2 drives a running V2 server: give its --url")
+        for f in plan.faults:
+            if not FAULTS[f].generic:
+                raise ClockalignError(f"--fault {f} needs the reference service's engines "
+                                      "(--engine torch or onnxruntime); a V2 server has no "
+                                      "standard way to be made to " +
+                                      ("hang" if f == "timeout" else "fault its GPU"))
+        from .driver import Driver
+        Driver(plan.url).check_live()
+        if plan.load:
+            from .driver import split_url
+            if not is_loopback(split_url(plan.url)[0]):
+                raise ClockalignError(f"--load sends traffic to loopback addresses only; "
+                                      f"{plan.url} is not one")
+    elif plan.url:
+        raise ClockalignError("--url is for --engine v2; the torch and onnxruntime engines run "
+                              "the reference service here")
+    gpu_faults = [f for f in plan.faults if FAULTS[f].gpu_only]
+    for e in plan.engines:
+        if e == "v2":
+            continue
+        why = available(e)
+        if why:
+            raise ClockalignError(why)
+        if gpu_faults and e == "onnxruntime":
+            import onnxruntime
+            if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+                raise ClockalignError(f"--fault {gpu_faults[0]} needs a GPU engine: this "
+                                      "onnxruntime has no CUDAExecutionProvider "
+                                      "(onnxruntime-gpu is not installed)")
+    if gpu_faults and not _gpu_present():
+        raise ClockalignError(f"--fault {gpu_faults[0]} needs an NVIDIA GPU and none is "
+                              "visible here (NVML found none)")
+    if plan.port:
+        free_port(plan.port)
+    if not os.path.isdir(plan.out_dir):
+        try:
+            os.makedirs(plan.out_dir)
+        except OSError as e:
+            raise ClockalignError(f"cannot create {plan.out_dir}: {e.strerror}") from None
+
+
+def _session_cmd(plan, engine, fault, work, port, device):
+    cmd = [sys.executable, "-m", "clockalign.inject.session", "--engine", engine,
+           "--fault", fault, "-n", str(plan.n), "--work", work,
+           "--deadline-ms", str(plan.deadline_ms), "--device", device,
+           "--load-generator", plan.load_generator]
+    if plan.url:
+        cmd += ["--url", plan.url]
+    else:
+        cmd += ["--port", str(port)]
+    if plan.model:
+        cmd += ["--model", plan.model]
+    if plan.load:
+        cmd += ["--load", str(plan.load)]
+    return cmd
+
+
+def _env():
+    import clockalign
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(clockalign.__file__)))
+    env["PYTHONPATH"] = root + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _end_session(rec):
+    """Ctrl-C reached the session too; give it time to stop its children, then make sure."""
+    child = rec.child
+    if child is None:
+        return
+    end = time.monotonic() + SESSION_EXIT_S
+    while child.poll() is None and time.monotonic() < end:
+        time.sleep(0.05)
+    if child.poll() is None:
+        os.kill(child.pid, signal.SIGKILL)
+        os.waitpid(child.pid, 0)
+
+
+def record_one(plan, engine, fault, notices) -> dict:
+    from ..capture.libcuda import resolve_like_loader
+    from ..capture.recorder import Recorder, RecordOptions
+    stem = f"{engine}-{fault}"
+    work = os.path.join(plan.out_dir, stem)
+    os.makedirs(work, exist_ok=True)
+    for name in ("client.json", "events.jsonl", "load.json"):
+        if os.path.exists(os.path.join(work, name)):
+            os.unlink(os.path.join(work, name))
+    env = _env()
+    port = 0 if plan.url else free_port(plan.port)
+    device = "cuda" if FAULTS[fault].gpu_only else plan.device
+    cuda = plan.cuda_probes and resolve_like_loader(env)[0] is not None
+    if plan.cuda_probes and not cuda:
+        notices.append("no libcuda.so.1 on this host: recorded without CUDA driver probes")
+    run_path = os.path.join(plan.out_dir, stem + ".ca")
+    rec = Recorder(RecordOptions(output=run_path, command=_session_cmd(
+        plan, engine, fault, work, port, device), cuda=cuda, status=False, env=env))
+    try:
+        summary = rec.run()
+    finally:
+        _end_session(rec)
+    if summary["reason"] in ("SIGINT", "SIGTERM"):
+        raise KeyboardInterrupt
+    ex = summary.get("child_exit") or {}
+    if ex.get("exit_code") != 0:
+        raise ClockalignError(f"the {engine} {fault} session failed ({_exit_text(ex)}); "
+                              f"its messages are above, its recording is {run_path}")
+    return {"stem": stem, "run": run_path, "work": work, "summary": summary}
+
+
+def _exit_text(ex):
+    if "signal_name" in ex:
+        return f"killed by {ex['signal_name']}"
+    return f"exit status {ex.get('exit_code')}"
+
+
+def analyse(plan, done, notices) -> tuple:
+    from ..export import export_run
+    from ..timeline import Timeline
+    from .eventlog import read_events
+    from .output import detail, make_row
+    from .segments import split
+    rows, details = [], {}
+    for d in done:
+        with open(os.path.join(d["work"], "client.json")) as f:
+            client = json.load(f)
+        tl = Timeline.open(d["run"])
+        reps = split(tl, client, read_events(os.path.join(d["work"], "events.jsonl")))
+        with open(os.path.join(d["work"], "repetitions.json"), "w") as f:
+            json.dump(reps, f, indent=1)
+        engine = client["engine"]
+        if engine == "v2":
+            engine = f"v2 ({client['metadata'].get('platform') or client['model']})"
+        row = make_row(engine, client["fault"], reps, plan.recovery_deadline_ms)
+        rows.append(row)
+        details[(row["engine"], row["fault"])] = detail(reps)
+        missed = sum(1 for r in reps if r["total_ns"] is None)
+        if missed:
+            notices.append(f"{d['stem']}: {missed} of {len(reps)} repetitions had no error "
+                           "answer or no ready answer after it (not in the percentiles)")
+        drops = sum((d["summary"].get("drops") or {}).values())
+        if drops:
+            notices.append(f"{d['stem']}: the recording lost {drops} events (see clockalign "
+                           f"info {d['run']})")
+        if client.get("load"):
+            ld = client["load"]
+            notices.append(f"{d['stem']}: background load {ld['users']} users "
+                           f"({ld['generator']}): {ld['requests']} requests, {ld['ok']} ok, "
+                           f"failures {ld['failures'] or 'none'}, p50 {ld['p50_ms']} ms")
+        if plan.export:
+            export_run(tl, os.path.join(plan.out_dir, d["stem"] + ".pftrace"))
+    return rows, details
+
+
+def inject(plan: Plan) -> dict:
+    from .output import write_all
+    check(plan)
+    notices, done = [], []
+    for engine in plan.engines:
+        for fault in plan.faults:
+            done.append(record_one(plan, engine, fault, notices))
+    rows, details = analyse(plan, done, notices)
+    notes = sorted(set(notices), key=notices.index)
+    paths = write_all(plan.out_dir, rows, details, notes)
+    return {"paths": paths, "rows": rows, "notes": notes}

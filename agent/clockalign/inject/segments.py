@@ -1,0 +1,201 @@
+"""Each repetition of a fault, split into segments from the recording.
+
+A repetition is a list of boundaries, each {name, t_ns, unc_ns, source}: the client's
+stamps (request sent, error answer, ready answer), what the probes saw in the recording
+of the service (the CUDA error return, the Xid, the watchdog thread's wakeup, the kill
+signal, the worker's exit, the new worker's fork, its first CUDA call and first
+successful launch), and, where no probe can see inside the process, the service's own
+event log (validation rejected it, the engine raised, the model was loaded, ready).  A
+kernel-stamped source wins over the log where both saw a boundary.  All stamps are
+CLOCK_MONOTONIC; unc_ns is the clock uncertainty of the stamp (0 for bpf_ktime_get_ns and
+time.monotonic_ns reads; for the send, half the time the request took to write).
+
+    reps = split(Timeline.open("run.ca"), client, read_events("events.jsonl"))
+    for r in reps: print(r["detect_ns"], [b["name"] for b in r["boundaries"]])
+"""
+import numpy as np
+
+from ..store import cuda_api
+from ..store.schema import CUDA_FUNCTIONS, Kind
+
+LAUNCH_IDS = np.asarray(cuda_api.ids("launch", "graph_launch"), dtype=np.uint16)
+KERNEL = "tracepoint"
+
+# boundary name -> service-log events that stand for it (first one in the window wins)
+LOGGED = {
+    "rejected by validation": ("rejected",),
+    "engine raised": ("engine_oom", "engine_sticky_error", "engine_error"),
+    "watchdog wakeup": ("watchdog_fired",),
+    "kill sent": ("kill_sent",),
+    "worker exit": ("worker_exit",),
+    "worker restart": ("worker_spawn",),
+    "worker started": ("worker_start",),
+    "model loaded": ("model_loaded",),
+    "first successful inference": ("first_success", "canary_ok"),
+    "ready (service)": ("ready",),
+}
+
+
+def _b(name, t, unc, source):
+    return {"name": name, "t_ns": int(t), "unc_ns": int(unc), "source": source}
+
+
+def _fn(code) -> str:
+    return CUDA_FUNCTIONS.get(int(code), (f"cuda function {int(code)}",))[0]
+
+
+class _Run:
+    """What the repetitions are cut from, read from the timeline once."""
+
+    def __init__(self, tl, events):
+        self.tl = tl
+        self.events = events
+        self.faults = tl.faults(kinds=["cuda_error", "xid"])
+        life = tl.events(kinds=["thread_new", "thread_exit", "signal"])
+        self.forks = life[life["kind"] == Kind.THREAD_NEW]
+        self.exits = life[(life["kind"] == Kind.THREAD_EXIT) & (life["code"] == 1)]
+        self.kills = life[(life["kind"] == Kind.SIGNAL) & (life["ret"] == 9)]
+        dog = sorted({r["tid"] for r in events if r["ev"] == "watchdog_fired"})
+        self.dog_sched = tl.events(kinds=["sched"], tids=dog) if dog else None
+        self.spawns = [(r["t_ns"], r["worker"]) for r in events if r["ev"] == "worker_spawn"]
+
+    def log(self, evs, lo, hi, pid=None):
+        for r in self.events:
+            if lo <= r["t_ns"] <= hi and r["ev"] in evs and (pid is None or r["pid"] == pid
+                                                             or r.get("worker") == pid):
+                return r
+        return None
+
+    def worker_at(self, t):
+        """(pid of the worker serving at t, pid of the next one started after t)."""
+        before = [p for ts, p in self.spawns if ts <= t]
+        after = [p for ts, p in self.spawns if ts > t]
+        return (before[-1] if before else None), (after[0] if after else None)
+
+
+def _repetition(run, rep, fault_name):
+    t0, t_ans, t_ready = rep["t_send_ns"], rep["t_answer_ns"], rep["t_ready_ns"]
+    hi = t_ready
+    old, new = run.worker_at(t0)
+    out = [_b("request sent", (t0 + rep["t_sent_ns"]) // 2, (rep["t_sent_ns"] - t0 + 1) // 2,
+              "client")]
+    if new is not None and run.log(("worker_spawn",), t0, hi, new) is None:
+        new = None                          # the next worker started after this repetition
+    procs = {p for p in (old, new) if p is not None}
+
+    def kernel_or_log(name, arr, pid_field, pid, source, log_pid=None, lo=t0):
+        if arr is not None and pid is not None and len(arr):
+            m = (arr[pid_field] == pid) & (arr["t_ns"] >= lo) & (arr["t_ns"] <= hi)
+            if m.any():
+                e = arr[np.flatnonzero(m)[0]]
+                out.append(_b(name, e["t_ns"], e["unc_ns"], source))
+                return int(e["t_ns"])
+        r = run.log(LOGGED[name], lo, hi, log_pid)
+        if r is not None:
+            out.append(_b(name, r["t_ns"], 0, "service log"))
+            return r["t_ns"]
+        return None
+
+    kernel_or_log("rejected by validation", None, None, None, None)
+    for f in run.faults:
+        end = f.t_ns + f.dur_ns
+        if f.kind == "cuda_error" and f.pid in procs and t0 <= end <= hi:
+            out.append(_b("CUDA error returned", end, f.unc_ns,
+                          f"uprobe: {f.function} -> {f.name}"))
+            break
+    for f in run.faults:
+        if f.kind == "xid" and t0 - f.unc_ns <= f.t_ns <= hi + f.unc_ns:
+            out.append(_b(f"Xid {f.code}", f.t_ns, f.unc_ns, f.sightings[0]["source"]))
+            break
+    kernel_or_log("engine raised", None, None, None, None, old)
+    fired = run.log(("watchdog_fired",), t0, hi)
+    if fired is not None:
+        sch = run.dog_sched
+        woke = None
+        if sch is not None and len(sch):
+            run_at = sch["t_ns"] + sch["dur_ns"]
+            m = (sch["tid"] == fired["tid"]) & (run_at <= fired["t_ns"]) & (run_at >= t0)
+            if m.any():
+                e = sch[np.flatnonzero(m)[-1]]
+                woke = int(e["t_ns"] + e["dur_ns"] - e["a0"])
+                out.append(_b("watchdog wakeup", woke, e["unc_ns"], "sched_wakeup tracepoint"))
+        if woke is None:
+            out.append(_b("watchdog wakeup", fired["t_ns"], 0, "service log"))
+    kernel_or_log("kill sent", run.kills, "pid", old, "signal_generate tracepoint")
+    exited = kernel_or_log("worker exit", run.exits, "pid", old if new else None,
+                           "sched_process_exit tracepoint", old) if new else None
+    out.append(_b("error answer", t_ans, 0, "client"))
+    if new is not None:
+        kernel_or_log("worker restart", run.forks, "tid", new, "sched_process_fork tracepoint",
+                      new, lo=exited or t0)
+        kernel_or_log("worker started", None, None, None, None, new)
+        cuda = run.tl.events(kinds=["cuda"], window=(t0, hi))
+        mine = cuda[cuda["pid"] == new]
+        if len(mine):
+            out.append(_b("CUDA init", mine["t_ns"][0], mine["unc_ns"][0],
+                          f"uprobe: {_fn(mine['code'][0])}"))
+        kernel_or_log("model loaded", None, None, None, None, new)
+        ok = mine[(mine["ret"] == 0) & np.isin(mine["code"], LAUNCH_IDS)] if len(mine) else mine
+        loaded = run.log(("model_loaded",), t0, hi, new)
+        if loaded is not None and len(ok):
+            ok = ok[ok["t_ns"] >= loaded["t_ns"]]
+        if len(ok):
+            out.append(_b("first successful launch", ok["t_ns"][0] + ok["dur_ns"][0],
+                          ok["unc_ns"][0], f"uprobe: {_fn(ok['code'][0])}"))
+        else:
+            kernel_or_log("first successful inference", None, None, None, None, new)
+    elif fault_name == "oom" and old is not None:
+        kernel_or_log("first successful inference", None, None, None, None, old, lo=t_ans)
+    kernel_or_log("ready (service)", None, None, None, None, new or old,
+                  lo=t_ans if new is None else t0)
+    out.append(_b("ready answer", t_ready, 0, "client"))
+    out.sort(key=lambda b: b["t_ns"])
+    return out
+
+
+def split(tl, client: dict, events: list) -> list:
+    """One dict per repetition: status, error, detect/recover/total ns (None where the
+    fault was not triggered or the service did not get ready again) and its boundaries."""
+    run = _Run(tl, events)
+    out = []
+    for rep in client["repetitions"]:
+        r = {"i": rep["i"], "status": rep["status"], "error": rep["error"],
+             "detect_ns": None, "recover_ns": None, "total_ns": None, "boundaries": []}
+        if rep.get("t_send_ns") is not None and rep.get("t_ready_ns") is not None:
+            r["boundaries"] = _repetition(run, rep, client["fault"])
+            if rep["status"] is not None and rep["status"] >= 400:
+                r["detect_ns"] = rep["t_answer_ns"] - rep["t_send_ns"]
+                r["recover_ns"] = rep["t_ready_ns"] - rep["t_answer_ns"]
+                r["total_ns"] = rep["t_ready_ns"] - rep["t_send_ns"]
+        out.append(r)
+    return out
+
+
+def canonical_order(reps) -> list:
+    """Boundary names in the order of their median time after the request was sent."""
+    offs = {}
+    for r in reps:
+        if r["total_ns"] is None:
+            continue
+        t0 = r["boundaries"][0]["t_ns"]
+        for b in r["boundaries"]:
+            offs.setdefault(b["name"], []).append(b["t_ns"] - t0)
+    return sorted(offs, key=lambda n: (float(np.median(offs[n])), n != "request sent"))
+
+
+def segments(reps) -> list:
+    """[(name 'A -> B', [ns per repetition], [unc ns per repetition])] between consecutive
+    boundaries of the canonical order, for the repetitions that have both ends."""
+    order = canonical_order(reps)
+    out = []
+    for a, b in zip(order, order[1:]):
+        d, u = [], []
+        for r in reps:
+            if r["total_ns"] is None:
+                continue
+            by = {x["name"]: x for x in r["boundaries"]}
+            if a in by and b in by:
+                d.append(by[b]["t_ns"] - by[a]["t_ns"])
+                u.append(by[a]["unc_ns"] + by[b]["unc_ns"])
+        out.append((f"{a} -> {b}", d, u))
+    return out
