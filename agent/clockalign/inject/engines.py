@@ -62,7 +62,7 @@ class OrtEngine:
             raise ClockalignError("onnxruntime has no CUDAExecutionProvider here "
                                   "(onnxruntime-gpu is not installed)")
         so = ort.SessionOptions()
-        so.log_severity_level = 3
+        so.log_severity_level = 4      # errors come back as exceptions; no log lines
         self.session = ort.InferenceSession(model.onnx_model(model.weights()), so,
                                             providers=use)
         self.device = "cuda" if self.session.get_providers()[0].startswith("CUDA") else "cpu"

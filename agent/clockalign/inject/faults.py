@@ -69,8 +69,13 @@ FAULTS = {
 }
 
 
-def _body(inputs) -> bytes:
-    return json.dumps({"inputs": inputs}).encode()
+def _body(inputs, rid=None) -> bytes:
+    return json.dumps({"inputs": inputs, **({"id": rid} if rid else {})}).encode()
+
+
+def request_id(i: int) -> str:
+    """The V2 request id of repetition i (the service logs it, segments.py matches it)."""
+    return f"inject-{i}"
 
 
 def _points(points, name=model.INPUT, datatype="FP32", shape=None):
@@ -79,35 +84,37 @@ def _points(points, name=model.INPUT, datatype="FP32", shape=None):
 
 
 def _normal_points(rng, n=NORMAL_POINTS, batch=1):
-    return rng.random((batch, n, 2), dtype=np.float32).round(4)
+    """Points in [0, 1) with 4 decimals (short JSON; rounding could reach 1.0: floor)."""
+    return (np.floor(rng.random((batch, n, 2)) * 1e4) / 1e4).astype(np.float32)
 
 
 def _ref_oom(i):
     p = _normal_points(np.random.default_rng(i), OOM_POINTS, OOM_BATCH)
-    return _body([_points(p)])
+    return _body([_points(p)], request_id(i))
 
 
 def _ref_invalid(i):
     p = _normal_points(np.random.default_rng(i))
     kind = i % 3
     if kind == 2:
-        return _body([_points(p[..., :1].repeat(3, axis=-1), shape=[1, NORMAL_POINTS, 3])])
+        return _body([_points(p[..., :1].repeat(3, axis=-1), shape=[1, NORMAL_POINTS, 3])],
+                     request_id(i))
     data = p.ravel().tolist()
     data[5] = math.nan if kind == 0 else math.inf
-    return json.dumps({"inputs": [{"name": model.INPUT, "datatype": "FP32",
-                                   "shape": list(p.shape), "data": data}]}).encode()
+    return _body([{"name": model.INPUT, "datatype": "FP32", "shape": list(p.shape),
+                   "data": data}], request_id(i))
 
 
 def _ref_timeout(i):
     p = _normal_points(np.random.default_rng(i))
     return _body([_points(p), {"name": model.STEPS, "datatype": "INT64", "shape": [1],
-                               "data": [HANG_STEPS]}])
+                               "data": [HANG_STEPS]}], request_id(i))
 
 
 def _ref_illegal(i):
     p = _normal_points(np.random.default_rng(i))
     p[0, 0] = FAR_POINT
-    return _body([_points(p)])
+    return _body([_points(p)], request_id(i))
 
 
 _REFERENCE = {"oom": _ref_oom, "invalid-input": _ref_invalid, "timeout": _ref_timeout,
@@ -150,7 +157,7 @@ def _gen_invalid(meta, i):
         ts[0]["data"] = ts[0]["data"] + ts[0]["data"][:1]     # one value too many
     else:
         floats[0]["data"][0] = math.nan if kind == 0 else math.inf
-    return json.dumps({"inputs": ts}).encode()
+    return _body(ts, request_id(i))
 
 
 def _gen_oom(meta, i):
@@ -158,7 +165,7 @@ def _gen_oom(meta, i):
     t0 = meta["inputs"][0]
     per_item = max(1, math.prod(d for d in t0.get("shape", []) if d > 0))
     batch = max(2, OOM_PAYLOAD_BYTES // (8 * per_item))
-    return _body([_generic_tensor(t, rng, batch) for t in meta["inputs"]])
+    return _body([_generic_tensor(t, rng, batch) for t in meta["inputs"]], request_id(i))
 
 
 _GENERIC = {"oom": _gen_oom, "invalid-input": _gen_invalid}

@@ -106,7 +106,8 @@ def markdown(rows, details, notes) -> str:
 def figure(rows):
     """Stacked horizontal bars: one per engine x fault, the segments' p50s in order."""
     from matplotlib.figure import Figure
-    fig = Figure(figsize=(10, 1.2 + 0.7 * max(1, len(rows))))
+    names = {s["name"] for r in rows for s in r["segments"]}
+    fig = Figure(figsize=(11, max(1.2 + 0.7 * len(rows), 0.6 + 0.22 * len(names))))
     ax = fig.add_subplot(1, 1, 1)
     cmap = {}
     for y, r in enumerate(rows):

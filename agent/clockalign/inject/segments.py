@@ -17,6 +17,7 @@ import numpy as np
 
 from ..store import cuda_api
 from ..store.schema import CUDA_FUNCTIONS, Kind
+from .faults import request_id
 
 LAUNCH_IDS = np.asarray(cuda_api.ids("launch", "graph_launch"), dtype=np.uint16)
 KERNEL = "tracepoint"
@@ -24,7 +25,9 @@ KERNEL = "tracepoint"
 # boundary name -> service-log events that stand for it (first one in the window wins)
 LOGGED = {
     "rejected by validation": ("rejected",),
+    "request accepted": ("accepted",),
     "engine raised": ("engine_oom", "engine_sticky_error", "engine_error"),
+    "split retry failed": ("oom_retry_failed",),
     "watchdog wakeup": ("watchdog_fired",),
     "kill sent": ("kill_sent",),
     "worker exit": ("worker_exit",),
@@ -59,10 +62,11 @@ class _Run:
         self.dog_sched = tl.events(kinds=["sched"], tids=dog) if dog else None
         self.spawns = [(r["t_ns"], r["worker"]) for r in events if r["ev"] == "worker_spawn"]
 
-    def log(self, evs, lo, hi, pid=None):
+    def log(self, evs, lo, hi, pid=None, rid=None):
         for r in self.events:
             if lo <= r["t_ns"] <= hi and r["ev"] in evs and (pid is None or r["pid"] == pid
-                                                             or r.get("worker") == pid):
+                                                             or r.get("worker") == pid) \
+                    and (rid is None or r.get("id") == rid):
                 return r
         return None
 
@@ -83,20 +87,22 @@ def _repetition(run, rep, fault_name):
         new = None                          # the next worker started after this repetition
     procs = {p for p in (old, new) if p is not None}
 
-    def kernel_or_log(name, arr, pid_field, pid, source, log_pid=None, lo=t0):
+    def kernel_or_log(name, arr, pid_field, pid, source, log_pid=None, lo=t0, rid=None):
         if arr is not None and pid is not None and len(arr):
             m = (arr[pid_field] == pid) & (arr["t_ns"] >= lo) & (arr["t_ns"] <= hi)
             if m.any():
                 e = arr[np.flatnonzero(m)[0]]
                 out.append(_b(name, e["t_ns"], e["unc_ns"], source))
                 return int(e["t_ns"])
-        r = run.log(LOGGED[name], lo, hi, log_pid)
+        r = run.log(LOGGED[name], lo, hi, log_pid, rid)
         if r is not None:
             out.append(_b(name, r["t_ns"], 0, "service log"))
             return r["t_ns"]
         return None
 
-    kernel_or_log("rejected by validation", None, None, None, None)
+    rid = request_id(rep["i"])
+    kernel_or_log("rejected by validation", None, None, None, None, rid=rid)
+    kernel_or_log("request accepted", None, None, None, None, rid=rid)
     for f in run.faults:
         end = f.t_ns + f.dur_ns
         if f.kind == "cuda_error" and f.pid in procs and t0 <= end <= hi:
@@ -108,6 +114,7 @@ def _repetition(run, rep, fault_name):
             out.append(_b(f"Xid {f.code}", f.t_ns, f.unc_ns, f.sightings[0]["source"]))
             break
     kernel_or_log("engine raised", None, None, None, None, old)
+    kernel_or_log("split retry failed", None, None, None, None, old)
     fired = run.log(("watchdog_fired",), t0, hi)
     if fired is not None:
         sch = run.dog_sched
@@ -145,9 +152,8 @@ def _repetition(run, rep, fault_name):
         else:
             kernel_or_log("first successful inference", None, None, None, None, new)
     elif fault_name == "oom" and old is not None:
-        kernel_or_log("first successful inference", None, None, None, None, old, lo=t_ans)
-    kernel_or_log("ready (service)", None, None, None, None, new or old,
-                  lo=t_ans if new is None else t0)
+        kernel_or_log("first successful inference", None, None, None, None, old)
+    kernel_or_log("ready (service)", None, None, None, None, new or old)
     out.append(_b("ready answer", t_ready, 0, "client"))
     out.sort(key=lambda b: b["t_ns"])
     return out

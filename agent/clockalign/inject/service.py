@@ -198,11 +198,21 @@ _DT = {"FP32": np.float32, "INT64": np.int64}
 
 
 def parse_request(body: bytes):
-    """Strict V2 request validation -> (points [B, L, 2] float32, steps int)."""
+    """Strict V2 request validation -> (points [B, L, 2] float32, steps int, request id);
+    Invalid carries the request id too (None when the request has none)."""
     try:
         req = json.loads(body)
     except ValueError as e:
         raise Invalid(f"request body is not JSON: {e}") from None
+    rid = req.get("id") if isinstance(req, dict) and isinstance(req.get("id"), str) else None
+    try:
+        return _parse(req) + (rid,)
+    except Invalid as e:
+        e.rid = rid
+        raise
+
+
+def _parse(req):
     if not isinstance(req, dict) or not isinstance(req.get("inputs"), list):
         raise Invalid("request has no 'inputs' list")
     by_name = {}
@@ -288,11 +298,15 @@ def make_app(worker: Worker, log: EventLog, engine: str):
             return JSONResponse({"error": f"unknown model {request.path_params['m']}"}, 404)
         body = await request.body()
         try:
-            points, steps = parse_request(body)
+            points, steps, rid = parse_request(body)
         except Invalid as e:
-            log.emit("rejected", why=str(e))
+            log.emit("rejected", why=str(e), id=getattr(e, "rid", None))
             return JSONResponse({"error": str(e)}, 400)
+        if rid:
+            log.emit("accepted", id=rid)
         status, out = await run_in_threadpool(worker.infer, points, steps)
+        if rid:
+            out["id"] = rid
         return JSONResponse(out, status)
 
     return Starlette(routes=[

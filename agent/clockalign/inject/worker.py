@@ -44,7 +44,12 @@ def _infer_with_retry(eng, log, points, steps):
             raise
         half = points.shape[0] // 2
         log.emit("oom_retry", batch=half)
-        return np.concatenate([eng.infer(points[:half], steps), eng.infer(points[half:], steps)])
+        try:
+            return np.concatenate([eng.infer(points[:half], steps),
+                                   eng.infer(points[half:], steps)])
+        except EngineError as e2:
+            log.emit("oom_retry_failed", message=str(e2))
+            raise
 
 
 def serve(conn, eng, log):

@@ -1,0 +1,143 @@
+"""Segments of a fault's life cycle cut from real recordings (tests/data/inject/) and from
+synthetic repetitions; the rows, their schema and the outputs."""
+import json
+import os
+
+import pytest
+
+from clockalign.inject import output
+from clockalign.inject.eventlog import read_events
+from clockalign.inject.segments import canonical_order, segments, split
+from clockalign.timeline import Timeline
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "data", "inject")
+ROW_KEYS = {"engine", "fault", "n", "detect_ms", "recover_ms", "total_ms", "deadline_ms",
+            "pass", "segments"}
+
+
+def _load(stem):
+    d = os.path.join(DATA, stem)
+    with open(os.path.join(d, "client.json")) as f:
+        client = json.load(f)
+    events = read_events(os.path.join(d, "events.jsonl"))
+    return Timeline.open(os.path.join(d, "run.ca")), client, events
+
+
+def _by_name(rep):
+    return {b["name"]: b for b in rep["boundaries"]}
+
+
+def test_timeout_boundaries_come_from_the_kernel():
+    tl, client, events = _load("onnxruntime-timeout")
+    reps = split(tl, client, events)
+    assert len(reps) == 3
+    kills = [r for r in events if r["ev"] == "kill_sent"]
+    assert len(kills) == 3
+    for rep, raw, kill in zip(reps, client["repetitions"], kills):
+        b = _by_name(rep)
+        assert rep["status"] == 504
+        assert rep["detect_ns"] == raw["t_answer_ns"] - raw["t_send_ns"]
+        assert rep["recover_ns"] == raw["t_ready_ns"] - raw["t_answer_ns"]
+        assert b["watchdog wakeup"]["source"] == "sched_wakeup tracepoint"
+        assert b["kill sent"]["source"] == "signal_generate tracepoint"
+        assert b["worker exit"]["source"] == "sched_process_exit tracepoint"
+        assert b["worker restart"]["source"] == "sched_process_fork tracepoint"
+        # causality, each stamp on one clock: wakeup <= the log's own stamp of it, the kill
+        # signal before the exit, the exit before the new fork and the answer
+        fired = next(r for r in events if r["ev"] == "watchdog_fired"
+                     and r["t_ns"] >= raw["t_send_ns"])
+        assert b["watchdog wakeup"]["t_ns"] <= fired["t_ns"] < b["kill sent"]["t_ns"]
+        assert abs(b["kill sent"]["t_ns"] - kill["t_ns"]) < 5_000_000
+        assert b["kill sent"]["t_ns"] < b["worker exit"]["t_ns"] < b["worker restart"]["t_ns"]
+        assert b["worker exit"]["t_ns"] < b["error answer"]["t_ns"]
+        # the watchdog's deadline (1000 ms) from the request's acceptance
+        wait = b["watchdog wakeup"]["t_ns"] - b["request accepted"]["t_ns"]
+        assert 1_000_000_000 <= wait < 1_100_000_000
+        assert b["ready (service)"]["t_ns"] <= b["ready answer"]["t_ns"]
+        assert b["request sent"]["unc_ns"] > 0
+        assert [x["t_ns"] for x in rep["boundaries"]] == sorted(x["t_ns"] for x in rep["boundaries"])
+
+
+def test_segments_add_up_to_the_repetition():
+    tl, client, events = _load("onnxruntime-timeout")
+    reps = split(tl, client, events)
+    order = canonical_order(reps)
+    assert order[0] == "request sent" and order[-1] == "ready answer"
+    segs = segments(reps)
+    assert len(segs) == len(order) - 1
+    for i, rep in enumerate(reps):
+        b = _by_name(rep)
+        total = sum(d[i] for _, d, _ in segs)
+        assert total == b["ready answer"]["t_ns"] - b["request sent"]["t_ns"]
+
+
+def test_oom_stays_in_one_worker():
+    tl, client, events = _load("onnxruntime-oom")
+    reps = split(tl, client, events)
+    for rep in reps:
+        b = _by_name(rep)
+        assert rep["status"] == 507
+        assert "worker exit" not in b and "worker restart" not in b
+        assert b["request accepted"]["t_ns"] < b["engine raised"]["t_ns"] \
+            < b["split retry failed"]["t_ns"] < b["error answer"]["t_ns"]
+        assert b["first successful inference"]["source"] == "service log"
+        assert b["ready (service)"]["t_ns"] < b["ready answer"]["t_ns"]
+
+
+def test_row_schema_and_values():
+    tl, client, events = _load("onnxruntime-timeout")
+    reps = split(tl, client, events)
+    row = output.make_row("onnxruntime", "timeout", reps)
+    assert set(row) == ROW_KEYS
+    assert row["n"] == 3 and row["deadline_ms"] == 2800
+    totals = sorted(r["total_ns"] / 1e6 for r in reps)
+    assert row["total_ms"]["p99"] == pytest.approx(totals[-1], abs=1e-3)
+    assert row["total_ms"]["p50"] == pytest.approx(totals[1], abs=1e-3)
+    assert row["pass"] == (totals[-1] <= 2800)
+    for s in row["segments"]:
+        assert set(s) == {"name", "p50_ms", "p99_ms"} and " -> " in s["name"]
+    strict = output.make_row("onnxruntime", "timeout", reps, deadline_ms=totals[-1] - 1)
+    assert strict["pass"] is False
+
+
+def _rep(i, t0, answer, ready, status=500, extra=()):
+    bs = [{"name": "request sent", "t_ns": t0, "unc_ns": 10, "source": "client"},
+          {"name": "error answer", "t_ns": t0 + answer, "unc_ns": 0, "source": "client"},
+          {"name": "ready answer", "t_ns": t0 + ready, "unc_ns": 0, "source": "client"}]
+    bs += [{"name": n, "t_ns": t0 + t, "unc_ns": 5, "source": "tracepoint"} for n, t in extra]
+    bs.sort(key=lambda b: b["t_ns"])
+    return {"i": i, "status": status, "error": "x", "detect_ns": answer,
+            "recover_ns": ready - answer, "total_ns": ready, "boundaries": bs}
+
+
+def test_missing_boundary_and_unrecovered_repetition():
+    reps = [_rep(0, 0, 100, 300, extra=[("worker exit", 50)]),
+            _rep(1, 1000, 120, 400),                       # exit not seen
+            {"i": 2, "status": 500, "error": "x", "detect_ns": None, "recover_ns": None,
+             "total_ns": None, "boundaries": []}]          # never ready again
+    segs = {n: (d, u) for n, d, u in segments(reps)}
+    assert segs["request sent -> worker exit"] == ([50], [15])
+    assert segs["worker exit -> error answer"] == ([50], [5])
+    assert segs["error answer -> ready answer"] == ([200, 280], [0, 0])
+    row = output.make_row("torch", "timeout", reps)
+    assert row["n"] == 2 and row["pass"] is False          # one repetition did not recover
+    assert output.pct([], 50) is None
+
+
+def test_nearest_rank_percentiles():
+    vals = list(range(1, 21))
+    assert output.pct(vals, 50) == 10 and output.pct(vals, 99) == 20
+
+
+def test_outputs_merge_rows(tmp_path):
+    a = output.make_row("onnxruntime", "timeout", [_rep(0, 0, 100_000_000, 300_000_000)])
+    b = output.make_row("torch", "oom", [_rep(0, 0, 1_000_000, 3_000_000_000)])
+    output.write_all(str(tmp_path), [a], {("onnxruntime", "timeout"): {}}, [])
+    paths = output.write_all(str(tmp_path), [b], {("torch", "oom"): {}}, ["a note"])
+    doc = json.loads(open(paths["json"]).read())
+    assert list(doc) == ["rows"]
+    assert [(r["engine"], r["fault"]) for r in doc["rows"]] == [("onnxruntime", "timeout"),
+                                                                ("torch", "oom")]
+    md = open(paths["md"]).read()
+    assert "| torch | oom | 1 |" in md and "FAIL" in md and "- a note" in md
+    assert open(paths["png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
