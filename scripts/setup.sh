@@ -62,10 +62,20 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import bcc" 2>/dev/null; 
 fi
 extras="test"
 if [ -e /dev/nvidiactl ] || [ -e /dev/nvidia0 ]; then extras="test,gpu"; fi
+extras="$extras,inject"    # inject (issue 15): uvicorn, starlette, onnxruntime, locust
 stamp=".venv/.clockalign-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]"
     touch "$stamp"
 fi
+# --- inject (issue 15): MLServer, the V2 server the V2 driver is tested against, in its
+# own venv so its pins do not fight the project's (protobuf is the Perfetto export's)
+if [ ! -x .venv-mlserver/bin/mlserver ] || ! .venv-mlserver/bin/python -c "import mlserver" 2>/dev/null; then
+    rm -rf .venv-mlserver
+    "$PY" -m venv .venv-mlserver
+    .venv-mlserver/bin/python -m pip install -q --disable-pip-version-check "mlserver==1.7.1"
+    say "created .venv-mlserver (MLServer $(.venv-mlserver/bin/python -c 'import mlserver; print(mlserver.__version__)'))"
+fi
+# --- end inject
 ln -sfn "$ROOT/.venv/bin/clockalign" /usr/local/bin/clockalign
 say "ready: $(.venv/bin/clockalign --version) at /usr/local/bin/clockalign (sudo clockalign ... works)"

@@ -70,7 +70,8 @@ class Worker:
                "--max-memory-gib", str(self.max_memory_gib)]
         if self.log.path:
             cmd += ["--events", self.log.path]
-        proc = subprocess.Popen(cmd, pass_fds=[theirs.fileno()])
+        # its own process group: a Ctrl-C at the terminal is the service's to act on
+        proc = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], start_new_session=True)
         theirs.close()
         self.log.emit("worker_spawn", worker=proc.pid)
         return proc, Connection(os.dup(mine.fileno())), mine
@@ -331,6 +332,10 @@ def main(argv=None):
     log = EventLog(a.events)
     log.emit("service_start", engine=a.engine, port=a.port)
     worker = Worker(a.engine, a.device, a.deadline_ms, log, a.max_memory_gib)
+    # uvicorn re-raises the signal that stopped it once it has shut down: let that end
+    # this process through the finally below (the worker stopped, the log closed)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(0))
     config = uvicorn.Config(make_app(worker, log, a.engine), host="127.0.0.1", port=a.port,
                             log_level="warning", access_log=False, lifespan="off")
     try:

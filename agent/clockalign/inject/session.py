@@ -46,7 +46,7 @@ def start_service(a, events):
     cmd = [sys.executable, "-m", "clockalign.inject.service", "--engine", a.engine,
            "--port", str(a.port), "--deadline-ms", str(a.deadline_ms), "--events", events,
            "--device", a.device]
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, start_new_session=True)     # stopped by us, not by a Ctrl-C
     d = Driver(f"http://127.0.0.1:{a.port}", "pointset")
     end = time.monotonic() + SERVICE_START_S
     while time.monotonic() < end:
@@ -89,7 +89,7 @@ def run(a) -> dict:
                 sys.executable, "-m", "clockalign.inject.load", "--url", d.url,
                 "--model", d.model, "--users", str(a.load), "--body", body_path,
                 "--max-seconds", str(a.load_max_s), "--generator", a.load_generator,
-                "--out", os.path.join(a.work, "load.json")])
+                "--out", os.path.join(a.work, "load.json")], start_new_session=True)
             time.sleep(1.0)                     # let the load reach its steady state
         t_ready, _ = d.wait_ready()
         if t_ready is None:
