@@ -135,16 +135,21 @@ def figure(rows):
     return fig
 
 
-def _merge_details(path, details) -> dict:
+def _merge_details(path, details, notes) -> tuple:
+    """lifecycle-detail.json: {"ENGINE/FAULT": detail, ..., "notes": [...]}, merged."""
     try:
         with open(path) as f:
-            old = {tuple(k.split("/", 1)): v for k, v in json.load(f).items()}
-    except (OSError, ValueError, AttributeError):
-        old = {}
+            doc = json.load(f)
+    except (OSError, ValueError):
+        doc = {}
+    doc = doc if isinstance(doc, dict) else {}
+    old_notes = doc.pop("notes", []) if isinstance(doc.get("notes", []), list) else []
+    old = {tuple(k.split("/", 1)): v for k, v in doc.items() if "/" in k}
     old.update(details)
+    notes = list(old_notes) + [n for n in notes if n not in old_notes]
     with open_private(path, "w") as f:
-        json.dump({"/".join(k): v for k, v in old.items()}, f, indent=1)
-    return old
+        json.dump({**{"/".join(k): v for k, v in old.items()}, "notes": notes}, f, indent=1)
+    return old, notes
 
 
 def write_all(out_dir, rows, details, notes) -> dict:
@@ -153,7 +158,8 @@ def write_all(out_dir, rows, details, notes) -> dict:
     other engine x fault pairs already in out_dir."""
     paths = {k: os.path.join(out_dir, f"lifecycle.{k}") for k in ("json", "md", "png")}
     rows = merge_rows(paths["json"], rows)
-    details = _merge_details(os.path.join(out_dir, "lifecycle-detail.json"), details)
+    details, notes = _merge_details(os.path.join(out_dir, "lifecycle-detail.json"), details,
+                                    notes)
     for k, text in (("json", json.dumps({"rows": rows}, indent=1) + "\n"),
                     ("md", markdown(rows, details, notes))):
         with open_private(paths[k], "w") as f:

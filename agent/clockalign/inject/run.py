@@ -222,6 +222,9 @@ def analyse(plan, done, notices) -> tuple:
         if drops:
             notices.append(f"{d['stem']}: the recording lost {drops} events (see clockalign "
                            f"info {d['run']})")
+        dl = (client.get("metadata") or {}).get("parameters", {}).get("deadline_ms")
+        if dl:
+            notices.append(f"{d['stem']}: the service's watchdog deadline was {dl:g} ms")
         if client.get("load"):
             ld = client["load"]
             notices.append(f"{d['stem']}: background load {ld['users']} users "
@@ -233,13 +236,17 @@ def analyse(plan, done, notices) -> tuple:
 
 
 def inject(plan: Plan) -> dict:
+    """Record and analyse each engine x fault in turn; the outputs are rewritten after
+    each one, so an interrupted run keeps the rows it finished."""
     from .output import write_all
     check(plan)
-    notices, done = [], []
+    notices, all_rows, paths = [], [], None
     for engine in plan.engines:
         for fault in plan.faults:
-            done.append(record_one(plan, engine, fault, notices))
-    rows, details = analyse(plan, done, notices)
-    notes = sorted(set(notices), key=notices.index)
-    paths = write_all(plan.out_dir, rows, details, notes)
-    return {"paths": paths, "rows": rows, "notes": notes}
+            mine = []
+            d = record_one(plan, engine, fault, mine)
+            rows, details = analyse(plan, [d], mine)
+            notices += [n for n in mine if n not in notices]
+            all_rows += rows
+            paths = write_all(plan.out_dir, rows, details, notices)
+    return {"paths": paths, "rows": all_rows, "notes": notices}

@@ -298,8 +298,8 @@ def make_app(worker: Worker, log: EventLog, engine: str):
         if request.path_params["m"] != MODEL:
             return JSONResponse({"error": f"unknown model {request.path_params['m']}"}, 404)
         body = await request.body()
-        try:
-            points, steps, rid = parse_request(body)
+        try:       # off the event loop: an 8 MB body must not stall the health checks
+            points, steps, rid = await run_in_threadpool(parse_request, body)
         except Invalid as e:
             log.emit("rejected", why=str(e), id=getattr(e, "rid", None))
             return JSONResponse({"error": str(e)}, 400)
