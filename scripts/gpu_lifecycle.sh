@@ -4,12 +4,13 @@
 #   scripts/gpu_lifecycle.sh OUTDIR        # as root; under 8 minutes with the defaults
 # Env: N (default 20), LOAD (users, default 8), DEADLINE_MS (the watchdog's deadline for
 # the timeout fault, default 500; the other faults run with 2000, so that an oversized
-# batch is the engine's out-of-memory, not the watchdog's), PYTHON (default python3).
-# Needs the offline bundle at .bundle/ (scripts/make_bundle.sh) unless BCC is importable already, and the wheels of scripts/gpu_lifecycle.wheels in .whl/
-# where python3 lacks them.  Without torch (or without a GPU) it runs the ONNX Runtime rows
-# and says what it left out.  Writes OUTDIR/lifecycle.{json,md,png}, a run file + Perfetto
-# trace per engine x fault, OUTDIR/fault-recovery.md (the table with how it was made) and
-# OUTDIR.tar.xz.
+# batch is the engine's out-of-memory, not the watchdog's), PYTHON (default python3),
+# LIMIT_SCALE (multiplies each step's time limit, default 1: a slow machine).
+# Needs the offline bundle at .bundle/ (scripts/make_bundle.sh) unless BCC is importable
+# already, and the wheels of scripts/gpu_lifecycle.wheels in .whl/ where python3 lacks them.
+# Without torch (or without a GPU) it runs the ONNX Runtime rows and says what it left out.
+# Writes OUTDIR/lifecycle.{json,md,png}, a run file + Perfetto trace per engine x fault,
+# OUTDIR/fault-recovery.md (the table with how it was made) and OUTDIR.tar.xz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -41,7 +42,7 @@ for mod in uvicorn starlette; do
     case ":${PYTHONPATH:-}:" in *":$SITE:"*) ;; *) export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$SITE" ;; esac
 done
 CA=("$PY" -m clockalign.cli.main)
-{ uname -a; date -u; nproc; { nvidia-smi --query-gpu=name,driver_version --format=csv 2>&1 || echo "no nvidia-smi"; } | head -3
+{ uname -a; date -u; nproc; { command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv || echo "no nvidia-smi"; } 2>&1 | head -3
   "$PY" -c 'import sys; print(sys.version)'
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1 | tail -1
   "$PY" -c 'import onnxruntime as o; print("onnxruntime", o.__version__, o.get_available_providers())' 2>&1 | tail -1
@@ -53,7 +54,7 @@ skipped=()
 rm -f "$out/commands.txt"
 common=(-n "$N" --load "$LOAD" -o "$out")
 run() {   # run NAME SECONDS ARGS...: one `clockalign inject`, bounded, interrupted like Ctrl-C
-    local name=$1 secs=$2; shift 2
+    local name=$1 secs=$(( $2 * ${LIMIT_SCALE:-1} )); shift 2
     log "$name"
     echo "clockalign inject $* ${common[*]}" >> "$out/commands.txt"
     timeout -s INT "$secs" "${CA[@]}" inject "$@" "${common[@]}" > "$out/inject-$name.txt" 2>&1
