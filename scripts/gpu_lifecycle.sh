@@ -62,6 +62,9 @@ run() {   # run NAME SECONDS ARGS...: one `clockalign inject`, bounded, interrup
 }
 
 if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    log "torch engine tests (tests/gpu/test_inject_torch.py)"
+    timeout 90 "$PY" -m pytest -q -ra -p no:cacheprovider tests/gpu/test_inject_torch.py \
+        > "$out/pytest-torch.txt" 2>&1; tail -3 "$out/pytest-torch.txt"
     run torch 200 --engine torch --fault oom --fault invalid-input --fault illegal-address \
         --deadline-ms 2000
     run torch-timeout 120 --engine torch --fault timeout --deadline-ms "$DEADLINE_MS"
