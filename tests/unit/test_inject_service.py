@@ -136,3 +136,33 @@ def test_driver_says_when_no_server_answers():
     port = free_port(0)
     with pytest.raises(ClockalignError, match="no V2 server answers"):
         Driver(f"http://127.0.0.1:{port}").check_live()
+
+
+def test_thread_pool_load_is_bounded_and_counts(service, tmp_path):
+    d, _ = service
+    body = tmp_path / "req.json"
+    body.write_bytes(faults.normal_request(d.metadata()))
+    out = tmp_path / "load.json"
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "clockalign.inject.load", "--url", d.url,
+                        "--model", "pointset", "--users", "2", "--body", str(body),
+                        "--max-seconds", "1.5", "--generator", "threads", "--out", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - t0 < 20
+    s = json.loads(out.read_text())
+    assert s["generator"] == "threads" and s["users"] == 2
+    assert s["requests"] == s["ok"] + sum(s["failures"].values()) and s["ok"] > 5
+    # a user waits USER_WAIT_S between requests: at most 2 users x 1.5 s / 50 ms of them
+    assert s["requests"] <= 2 * (1.5 / 0.05 + 1)
+
+
+def test_load_goes_to_loopback_only(tmp_path):
+    body = tmp_path / "req.json"
+    body.write_bytes(b"{}")
+    r = subprocess.run([sys.executable, "-m", "clockalign.inject.load", "--url",
+                        "http://192.0.2.1:8000", "--model", "m", "--users", "1", "--body",
+                        str(body), "--out", str(tmp_path / "l.json")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "loopback only" in r.stderr
+    assert not (tmp_path / "l.json").exists()

@@ -31,6 +31,7 @@ import numpy as np
 
 from . import model
 from .eventlog import EventLog, die_with_parent, name_thread
+from .worker import MAX_MEMORY_GIB
 
 MODEL = "pointset"
 WORKER_START_S = 300
@@ -324,7 +325,7 @@ def main(argv=None):
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--deadline-ms", type=float, default=1000.0)
-    ap.add_argument("--max-memory-gib", type=float, default=16.0)
+    ap.add_argument("--max-memory-gib", type=float, default=MAX_MEMORY_GIB)
     ap.add_argument("--events")
     a = ap.parse_args(argv)
     import uvicorn

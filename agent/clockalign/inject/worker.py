@@ -23,6 +23,9 @@ import numpy as np
 from .eventlog import EventLog, die_with_parent
 
 STICKY_EXIT = 3
+# RLIMIT_AS of a CPU engine's worker: far above what normal requests need (ONNX Runtime's
+# threads reserve address space per core), far below an oversized batch's 275-550 GB
+MAX_MEMORY_GIB = 64.0
 CANARY_POINTS = 64
 
 
@@ -85,7 +88,7 @@ def main(argv=None):
     ap.add_argument("--engine", required=True)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--events")
-    ap.add_argument("--max-memory-gib", type=float, default=16.0)
+    ap.add_argument("--max-memory-gib", type=float, default=MAX_MEMORY_GIB)
     a = ap.parse_args(argv)
     die_with_parent(signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the service decides when we stop
