@@ -2,8 +2,8 @@
 # The H200 run behind results/fault-recovery.md: `clockalign inject` with PyTorch (CUDA)
 # and ONNX Runtime, every fault each engine can have, N repetitions, under background load.
 #   scripts/gpu_lifecycle.sh OUTDIR        # as root; under 8 minutes with the defaults
-# Env: N (default 20), LOAD (users, default 8), DEADLINE_MS (the watchdog's deadline for
-# the timeout fault, default 500; the other faults run with 2000, so that an oversized
+# Env: BUDGET_S (all the steps together, default 450 s), N (default 20), LOAD (users,
+# default 8), DEADLINE_MS (the watchdog's deadline for the timeout fault, default 500; the other faults run with 2000, so that an oversized
 # batch is the engine's out-of-memory, not the watchdog's), PYTHON (default python3),
 # LIMIT_SCALE (multiplies each step's time limit, default 1: a slow machine).
 # Needs the offline bundle at .bundle/ (scripts/make_bundle.sh) unless BCC is importable
@@ -53,9 +53,13 @@ cat "$out/host.txt"
 skipped=()
 rm -f "$out/commands.txt"
 common=(-n "$N" --load "$LOAD" -o "$out")
+BUDGET_S=${BUDGET_S:-450}     # every step together, so the script ends within 8 minutes
+left() { echo $(( BUDGET_S * ${LIMIT_SCALE:-1} - ($(date +%s) - t_start) )); }
 run() {   # run NAME SECONDS ARGS...: one `clockalign inject`, bounded, interrupted like Ctrl-C
-    local name=$1 secs=$(( $2 * ${LIMIT_SCALE:-1} )); shift 2
-    log "$name"
+    local name=$1 secs=$(( $2 * ${LIMIT_SCALE:-1} )) l; shift 2
+    l=$(left); [ "$l" -lt "$secs" ] && secs=$l
+    if [ "$secs" -lt 20 ]; then skipped+=("$name: not run, the time budget ($BUDGET_S s) was spent"); return; fi
+    log "$name (at most $secs s)"
     echo "clockalign inject $* ${common[*]}" >> "$out/commands.txt"
     timeout -s INT "$secs" "${CA[@]}" inject "$@" "${common[@]}" > "$out/inject-$name.txt" 2>&1
     echo "$name rc=$?"; grep -vE "^inject: " "$out/inject-$name.txt" | tail -6
@@ -63,11 +67,11 @@ run() {   # run NAME SECONDS ARGS...: one `clockalign inject`, bounded, interrup
 
 if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     log "torch engine tests (tests/gpu/test_inject_torch.py)"
-    timeout 90 "$PY" -m pytest -q -ra -p no:cacheprovider tests/gpu/test_inject_torch.py \
+    timeout 60 "$PY" -m pytest -q -ra -p no:cacheprovider tests/gpu/test_inject_torch.py \
         > "$out/pytest-torch.txt" 2>&1; tail -3 "$out/pytest-torch.txt"
     run torch 200 --engine torch --fault oom --fault invalid-input --fault illegal-address \
         --deadline-ms 2000
-    run torch-timeout 120 --engine torch --fault timeout --deadline-ms "$DEADLINE_MS"
+    run torch-timeout 160 --engine torch --fault timeout --deadline-ms "$DEADLINE_MS"
 elif "$PY" -c "import torch" 2>/dev/null; then
     skipped+=("torch: installed but sees no CUDA GPU here, so its rows were not run")
 else
