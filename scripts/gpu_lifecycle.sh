@@ -3,8 +3,9 @@
 # and ONNX Runtime, every fault each engine can have, N repetitions, under background load.
 #   scripts/gpu_lifecycle.sh OUTDIR        # as root; under 8 minutes with the defaults
 # Env: BUDGET_S (all the steps together, default 450 s), N (default 20), LOAD (users,
-# default 8), DEADLINE_MS (the watchdog's deadline for the timeout fault, default 500; the other faults run with 2000, so that an oversized
-# batch is the engine's out-of-memory, not the watchdog's), PYTHON (default python3),
+# default 8), DEADLINE_MS (the watchdog's deadline for the timeout fault, default 500;
+# the other faults run with 2000, so that an oversized batch is the engine's
+# out-of-memory, not the watchdog's), PYTHON (default python3),
 # LIMIT_SCALE (multiplies each step's time limit, default 1: a slow machine).
 # Needs the offline bundle at .bundle/ (scripts/make_bundle.sh) unless BCC is importable
 # already, and the wheels of scripts/gpu_lifecycle.wheels in .whl/ where python3 lacks them.
