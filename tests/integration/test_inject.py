@@ -6,7 +6,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -79,6 +78,7 @@ def test_onnxruntime_faults_recorded(tmp_path):
     (["--engine", "onnxruntime", "--fault", "segfault"], "Invalid value for '--fault'"),
     (["--engine", "v2", "--fault", "oom"], "give its --url"),
     (["--engine", "onnxruntime", "--fault", "illegal-address"], "needs a GPU engine"),
+    (["--engine", "onnxruntime", "--fault", "oom", "--device", "cuda"], "needs a GPU engine"),
     (["--engine", "v2", "--url", "http://127.0.0.1:{closed}", "--fault", "oom"],
      "no V2 server answers at http://127.0.0.1:"),
     (["--engine", "v2", "--url", "http://127.0.0.1:{closed}", "--fault", "timeout"],

@@ -3,7 +3,6 @@ its ONNX bytes checked by the onnx package, strict validation, the watchdog and 
 supervisor's restart, the V2 driver's stamps."""
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -166,3 +165,15 @@ def test_load_goes_to_loopback_only(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "loopback only" in r.stderr
     assert not (tmp_path / "l.json").exists()
+
+
+def test_a_worker_that_cannot_start_ends_the_service(tmp_path):
+    events = str(tmp_path / "events.jsonl")
+    proc = subprocess.run([sys.executable, "-m", "clockalign.inject.service", "--engine",
+                           "onnxruntime", "--device", "cuda", "--port", str(free_port(0)),
+                           "--events", events], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1      # after saying why in its log
+    ev = {r["ev"]: r for r in read_events(events)}
+    assert "CUDAExecutionProvider" in ev["worker_failed"]["message"]
+    assert "CUDAExecutionProvider" in ev["service_gives_up"]["why"]
+    assert ev["worker_spawn"] and "ready" not in ev

@@ -17,9 +17,10 @@ import sys
 import time
 
 from ..errors import ClockalignError
+from . import engines
 from .faults import FAULTS
 
-ENGINES = ("torch", "onnxruntime", "v2")
+ENGINES = engines.ENGINES + ("v2",)
 SESSION_EXIT_S = 30
 
 
@@ -65,7 +66,6 @@ def free_port(port: int) -> int:
 
 def check(plan: Plan) -> None:
     """Refuse, in one sentence, what cannot run here: before anything is recorded."""
-    from .engines import available
     from .load import is_loopback
     if plan.n < 1:
         raise ClockalignError(f"-n must be at least 1 (got {plan.n})")
@@ -95,21 +95,23 @@ def check(plan: Plan) -> None:
         raise ClockalignError("--url is for --engine v2; the torch and onnxruntime engines run "
                               "the reference service here")
     gpu_faults = [f for f in plan.faults if FAULTS[f].gpu_only]
+    need_gpu = f"--fault {gpu_faults[0]}" if gpu_faults else (
+        "--device cuda" if plan.device == "cuda" else None)
     for e in plan.engines:
         if e == "v2":
             continue
-        why = available(e)
+        why = engines.available(e)
         if why:
             raise ClockalignError(why)
-        if gpu_faults and e == "onnxruntime":
+        if need_gpu and e == "onnxruntime":
             import onnxruntime
             if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
-                raise ClockalignError(f"--fault {gpu_faults[0]} needs a GPU engine: this "
-                                      "onnxruntime has no CUDAExecutionProvider "
-                                      "(onnxruntime-gpu is not installed)")
-    if gpu_faults and not _gpu_present():
-        raise ClockalignError(f"--fault {gpu_faults[0]} needs an NVIDIA GPU and none is "
-                              "visible here (NVML found none)")
+                raise ClockalignError(f"{need_gpu} needs a GPU engine: this onnxruntime has "
+                                      "no CUDAExecutionProvider (onnxruntime-gpu is not "
+                                      "installed)")
+    if need_gpu and not _gpu_present():
+        raise ClockalignError(f"{need_gpu} needs an NVIDIA GPU and none is visible here "
+                              "(NVML found none)")
     if plan.port:
         free_port(plan.port)
     if not os.path.isdir(plan.out_dir):

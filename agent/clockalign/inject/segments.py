@@ -20,7 +20,6 @@ from ..store.schema import CUDA_FUNCTIONS, Kind
 from .faults import request_id
 
 LAUNCH_IDS = np.asarray(cuda_api.ids("launch", "graph_launch"), dtype=np.uint16)
-KERNEL = "tracepoint"
 
 # boundary name -> service-log events that stand for it (first one in the window wins)
 LOGGED = {

@@ -34,7 +34,7 @@ from .eventlog import EventLog, die_with_parent, name_thread
 from .worker import MAX_MEMORY_GIB
 
 MODEL = "pointset"
-WORKER_START_S = 300
+MAX_START_FAILURES = 3
 
 
 class Worker:
@@ -47,6 +47,7 @@ class Worker:
         self.max_memory_gib = max_memory_gib
         self.ready = threading.Event()
         self.failed = None               # why the first worker could not start
+        self.gave_up = False
         self.info = {}
         self.stopping = False
         self.lock = threading.Lock()     # one request in the engine
@@ -79,8 +80,10 @@ class Worker:
 
     def _supervise(self):
         name_thread("ca-supervisor")
+        failures = 0                      # workers in a row that died before being ready
         while not self.stopping:
             self.proc, self.conn, sock = self._spawn()
+            was_ready = False
             while True:
                 try:
                     msg = self.conn.recv()
@@ -91,6 +94,7 @@ class Worker:
                         self.info = {"device": msg[1], "engine_version": msg[2]}
                     self.log.emit("ready", worker=self.proc.pid)
                     self.ready.set()
+                    was_ready = True
                 elif msg[0] == "failed":
                     self.failed = msg[1]
                 elif msg[0] in ("ok", "error"):
@@ -104,11 +108,15 @@ class Worker:
             self.conn.close()
             sock.close()
             self._answer(("gone", None, code))
-            if self.failed and not self.info:       # never started: the service gives up
-                self.log.emit("service_gives_up", why=self.failed)
-                os.kill(os.getpid(), signal.SIGTERM)
+            failures = 0 if was_ready else failures + 1
+            if failures and (not self.info or failures >= MAX_START_FAILURES):
+                self.log.emit("service_gives_up", why=self.failed or f"worker status {code}")
+                self.gave_up = True
+                os.kill(os.getpid(), signal.SIGTERM)   # never started, or cannot any more
                 return
             if not self.stopping:
+                if failures:
+                    time.sleep(1.0)
                 self.log.emit("restart")
 
     def _answer(self, msg):
@@ -341,10 +349,12 @@ def main(argv=None):
                             log_level="warning", access_log=False, lifespan="off")
     try:
         uvicorn.Server(config).run()
+    except SystemExit:       # our own signal handler, above
+        pass
     finally:
         worker.stop()
         log.emit("service_stop")
-    return 0
+    return 1 if worker.gave_up else 0
 
 
 if __name__ == "__main__":
