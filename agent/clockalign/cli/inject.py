@@ -51,8 +51,10 @@ def command(engines, faults, url, model, n, load, load_generator, port, deadline
                     device=device, export=not no_export))
     for row in r["rows"]:
         t = row["total_ms"]
-        click.echo(f"{row['engine']} {row['fault']}: n={row['n']}, total p50 {t['p50']} ms, "
-                   f"p99 {t['p99']} ms: {'pass' if row['pass'] else 'FAIL'}")
+        total = (f"total p50 {t['p50']} ms, p99 {t['p99']} ms" if row["n"]
+                 else "no repetition recovered from the fault")
+        click.echo(f"{row['engine']} {row['fault']}: n={row['n']}, {total}: "
+                   f"{'pass' if row['pass'] else 'FAIL'}")
     for note in r["notes"]:
         click.echo(f"note: {note}", err=True)
     click.echo(f"wrote {r['paths']['md']}, {r['paths']['json']}, {r['paths']['png']}")

@@ -216,10 +216,15 @@ def analyse(plan, done, notices) -> tuple:
         row = make_row(engine, client["fault"], reps, plan.recovery_deadline_ms)
         rows.append(row)
         details[(row["engine"], row["fault"])] = detail(reps)
-        missed = sum(1 for r in reps if r["total_ns"] is None)
+        ok = sum(1 for r in reps if r["status"] is not None and r["status"] < 400)
+        missed = sum(1 for r in reps if r["total_ns"] is None) - ok
+        if ok:
+            notices.append(f"{d['stem']}: {ok} of {len(reps)} requests were answered "
+                           f"{reps[0]['status'] if ok == len(reps) else 'with success'}: the "
+                           "fault did not happen there (not in the percentiles)")
         if missed:
-            notices.append(f"{d['stem']}: {missed} of {len(reps)} repetitions had no error "
-                           "answer or no ready answer after it (not in the percentiles)")
+            notices.append(f"{d['stem']}: {missed} of {len(reps)} repetitions got no answer "
+                           "or were not ready again (not in the percentiles)")
         drops = sum((d["summary"].get("drops") or {}).values())
         if drops:
             notices.append(f"{d['stem']}: the recording lost {drops} events (see clockalign "
