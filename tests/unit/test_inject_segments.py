@@ -141,3 +141,84 @@ def test_outputs_merge_rows(tmp_path):
     md = open(paths["md"]).read()
     assert "| torch | oom | 1 |" in md and "FAIL" in md and "- a note" in md
     assert open(paths["png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------- the GPU path, synthetic
+MS = 1_000_000
+T0 = 50_000 * MS
+SERVICE, OLD, NEW, DOG, CLIENT = 100, 200, 300, 101, 50
+
+
+def _gpu_run(tmp_path):
+    """An illegal-address repetition as the probes would record it on a GPU host: the
+    worker's failing synchronize (700), the Xid, its exit, the new worker's fork, its CUDA
+    init, allocations, module load and first launch; the service's log; the client."""
+    import numpy as np
+
+    from clockalign.store import cuda_api
+    from clockalign.store.schema import EVENT_DTYPE, Chunk, Kind
+    from clockalign.store.writer import RunWriter
+    fid = {n: cuda_api.BY_SYMBOL[n].id for n in
+           ("cuLaunchKernel", "cuStreamSynchronize", "cuMemAlloc_v2", "cuModuleLoadData",
+            "cuDevicePrimaryCtxRetain")}
+    cuda = dict(kind=Kind.CUDA)
+    rows = [
+        dict(ts=T0 + 2 * MS, dur=10_000, pid=OLD, tid=OLD, code=fid["cuLaunchKernel"], **cuda),
+        dict(ts=T0 + 3 * MS, dur=2 * MS, pid=OLD, tid=OLD, code=fid["cuStreamSynchronize"],
+             ret=700, **cuda),
+        dict(ts=T0 + 4 * MS, pid=OLD, tid=OLD, kind=Kind.XID, ret=31),
+        dict(ts=T0 + 30 * MS, pid=OLD, tid=OLD, kind=Kind.THREAD_EXIT, code=1),
+        dict(ts=T0 + 32 * MS, pid=SERVICE, tid=NEW, kind=Kind.THREAD_NEW, a0=SERVICE + 1),
+        dict(ts=T0 + 900 * MS, dur=1000, pid=NEW, tid=NEW, code=fid["cuDevicePrimaryCtxRetain"], **cuda),
+        *[dict(ts=T0 + (1000 + i) * MS, dur=5000, pid=NEW, tid=NEW, code=fid["cuMemAlloc_v2"],
+               **cuda) for i in range(9)],
+        dict(ts=T0 + 1100 * MS, dur=9000, pid=NEW, tid=NEW, code=fid["cuModuleLoadData"],
+             **cuda),
+        dict(ts=T0 + 1205 * MS, dur=8000, pid=NEW, tid=NEW, code=fid["cuLaunchKernel"], **cuda),
+    ]
+    ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            ev[i][k] = v
+    run = str(tmp_path / "gpu.ca")
+    with RunWriter(run, {"targets": [{"pid": CLIENT}]}) as w:
+        w.write_columns(Chunk.EVENTS, {n: ev[n] for n in EVENT_DTYPE.names})
+    def e(t, ev, pid, **kw):
+        return {"t_ns": T0 + t, "ev": ev, "pid": pid, "tid": pid, **kw}
+    events = [e(0, "worker_spawn", SERVICE, worker=OLD),
+              e(1 * MS, "accepted", SERVICE, id="inject-0"),
+              e(6 * MS, "engine_sticky_error", OLD), e(7 * MS, "not_ready", SERVICE),
+              e(31 * MS, "worker_exit", SERVICE, worker=OLD, code=3),
+              e(31 * MS + 5, "worker_spawn", SERVICE, worker=NEW),
+              e(800 * MS, "worker_start", NEW), e(1200 * MS, "model_loaded", NEW),
+              e(1215 * MS, "first_success", NEW), e(1216 * MS, "ready", SERVICE, worker=NEW)]
+    client = {"fault": "illegal-address", "repetitions": [{
+        "i": 0, "t_send_ns": T0, "t_sent_ns": T0 + 200_000, "t_answer_ns": T0 + 8 * MS,
+        "status": 500, "error": "sticky", "t_ready_ns": T0 + 1250 * MS, "polls": 25}]}
+    return Timeline.open(run), client, events
+
+
+def test_gpu_boundaries_come_from_the_probes(tmp_path):
+    tl, client, events = _gpu_run(tmp_path)
+    rep, = split(tl, client, events)
+    b = _by_name(rep)
+    assert b["CUDA error returned"] == {"name": "CUDA error returned", "t_ns": T0 + 5 * MS,
+                                        "unc_ns": 0, "source": "uprobe: cuStreamSynchronize -> "
+                                        "CUDA_ERROR_ILLEGAL_ADDRESS"}
+    assert b["Xid 31"]["t_ns"] == T0 + 4 * MS and b["Xid 31"]["source"] == "tracepoint"
+    assert b["worker exit"]["t_ns"] == T0 + 30 * MS
+    assert b["worker exit"]["source"] == "sched_process_exit tracepoint"
+    assert b["worker restart"]["t_ns"] == T0 + 32 * MS
+    assert b["CUDA init"]["source"] == "uprobe: cuDevicePrimaryCtxRetain"
+    assert b["first successful launch"]["t_ns"] == T0 + 1205 * MS + 8000
+    assert "first successful inference" not in b          # the probe saw it: no log needed
+    assert b["engine raised"]["source"] == "service log"
+    assert rep["reload_cuda_calls"] == {"context": 1, "alloc": 9, "module": 1}
+    assert rep["detect_ns"] == 8 * MS and rep["total_ns"] == 1250 * MS
+    row = output.make_row("torch", "illegal-address", [rep])
+    assert row["pass"] is True and row["total_ms"]["p50"] == 1250.0
+    names = [s["name"] for s in row["segments"]]
+    assert names[:3] == ["request sent -> request accepted",
+                         "request accepted -> Xid 31", "Xid 31 -> CUDA error returned"]
+    assert output.detail([rep])["reload_cuda_calls_p50"] == {"alloc": 9, "context": 1,
+                                                             "module": 1}

@@ -48,11 +48,14 @@ def detail(reps) -> dict:
     out = {}
     for name, d, u in segments(reps):
         out[name] = {"n": len(d), "unc_p50_ns": pct(u, 50)}
-    srcs = {}
+    srcs, calls = {}, {}
     for r in reps:
         for b in r["boundaries"]:
             srcs.setdefault(b["name"], set()).add(b["source"])
-    return {"segments": out, "sources": {k: sorted(v) for k, v in srcs.items()}}
+        for role, n in (r.get("reload_cuda_calls") or {}).items():
+            calls.setdefault(role, []).append(n)
+    return {"segments": out, "sources": {k: sorted(v) for k, v in srcs.items()},
+            "reload_cuda_calls_p50": {k: pct(v, 50) for k, v in sorted(calls.items())}}
 
 
 def merge_rows(path, new_rows) -> list:
@@ -95,6 +98,10 @@ def markdown(rows, details, notes) -> str:
             unc = sd.get("unc_p50_ns")
             lines.append(f"| {s['name']} | {_f(s['p50_ms'])} | {_f(s['p99_ms'])} | "
                          f"{sd.get('n', '-')} | {'-' if unc is None else f'{unc / 1e3:.1f} µs'} |")
+        if d.get("reload_cuda_calls_p50"):
+            lines += ["", "CUDA calls of the new worker before its first successful launch "
+                      "(p50): " + ", ".join(f"{k} {v:g}" for k, v in
+                                              d["reload_cuda_calls_p50"].items()) + "."]
         if d.get("sources"):
             lines += ["", "Boundaries and the sources that saw them: " + "; ".join(
                 f"{k}: {', '.join(v)}" for k, v in d["sources"].items()) + "."]

@@ -12,6 +12,9 @@ time.monotonic_ns reads; for the send, half the time the request took to write).
 
     reps = split(Timeline.open("run.ca"), client, read_events("events.jsonl"))
     for r in reps: print(r["detect_ns"], [b["name"] for b in r["boundaries"]])
+
+Where a new worker reloaded the model on a GPU, ``reload_cuda_calls`` counts its CUDA calls
+by role from its first call to its first successful launch.
 """
 import numpy as np
 
@@ -85,6 +88,7 @@ def _repetition(run, rep, fault_name):
     if new is not None and run.log(("worker_spawn",), t0, hi, new) is None:
         new = None                          # the next worker started after this repetition
     procs = {p for p in (old, new) if p is not None}
+    reload_calls = {}
 
     def kernel_or_log(name, arr, pid_field, pid, source, log_pid=None, lo=t0, rid=None):
         if arr is not None and pid is not None and len(arr):
@@ -146,8 +150,10 @@ def _repetition(run, rep, fault_name):
         if loaded is not None and len(ok):
             ok = ok[ok["t_ns"] >= loaded["t_ns"]]
         if len(ok):
-            out.append(_b("first successful launch", ok["t_ns"][0] + ok["dur_ns"][0],
-                          ok["unc_ns"][0], f"uprobe: {_fn(ok['code'][0])}"))
+            first = ok["t_ns"][0] + ok["dur_ns"][0]
+            out.append(_b("first successful launch", first, ok["unc_ns"][0],
+                          f"uprobe: {_fn(ok['code'][0])}"))
+            reload_calls.update(_roles(mine[mine["t_ns"] < ok["t_ns"][0]]))
         else:
             kernel_or_log("first successful inference", None, None, None, None, new)
     elif fault_name == "oom" and old is not None:
@@ -155,7 +161,17 @@ def _repetition(run, rep, fault_name):
     kernel_or_log("ready (service)", None, None, None, None, new or old)
     out.append(_b("ready answer", t_ready, 0, "client"))
     out.sort(key=lambda b: b["t_ns"])
-    return out
+    return out, reload_calls
+
+
+def _roles(cuda) -> dict:
+    """{role: calls} of CUDA events (the new worker's init and model load), by the table's
+    roles ('alloc', 'copy', 'module', ...)."""
+    roles = {}
+    for fid, n in zip(*np.unique(cuda["code"], return_counts=True)):
+        r = cuda_api.role_of(int(fid)) or "other"
+        roles[r] = roles.get(r, 0) + int(n)
+    return roles
 
 
 def split(tl, client: dict, events: list) -> list:
@@ -165,9 +181,10 @@ def split(tl, client: dict, events: list) -> list:
     out = []
     for rep in client["repetitions"]:
         r = {"i": rep["i"], "status": rep["status"], "error": rep["error"],
-             "detect_ns": None, "recover_ns": None, "total_ns": None, "boundaries": []}
+             "detect_ns": None, "recover_ns": None, "total_ns": None, "boundaries": [],
+             "reload_cuda_calls": {}}
         if rep.get("t_send_ns") is not None and rep.get("t_ready_ns") is not None:
-            r["boundaries"] = _repetition(run, rep, client["fault"])
+            r["boundaries"], r["reload_cuda_calls"] = _repetition(run, rep, client["fault"])
             if rep["status"] is not None and rep["status"] >= 400:
                 r["detect_ns"] = rep["t_answer_ns"] - rep["t_send_ns"]
                 r["recover_ns"] = rep["t_ready_ns"] - rep["t_answer_ns"]
