@@ -112,7 +112,9 @@ def markdown(rows, details, notes) -> str:
 
 def figure(rows):
     """Stacked horizontal bars: one per engine x fault, the segments' p50s in order."""
+    from matplotlib import colormaps
     from matplotlib.figure import Figure
+    palette = colormaps["tab20"]
     names = {s["name"] for r in rows for s in r["segments"]}
     fig = Figure(figsize=(11, max(1.2 + 0.7 * len(rows), 0.6 + 0.22 * len(names))))
     ax = fig.add_subplot(1, 1, 1)
@@ -122,9 +124,9 @@ def figure(rows):
         for s in r["segments"]:
             w = max(0.0, s["p50_ms"] or 0.0)
             first = s["name"] not in cmap
-            c = cmap.setdefault(s["name"], f"C{len(cmap) % 10}")
+            c = cmap.setdefault(s["name"], palette(len(cmap) % 20))
             ax.barh(y, w, left=left, color=c, edgecolor="white", linewidth=0.5,
-                    hatch="//" if len(cmap) > 10 else None, label=s["name"] if first else None)
+                    hatch="//" if len(cmap) > 20 else None, label=s["name"] if first else None)
             left += w
     for y, r in enumerate(rows):
         p50 = r["total_ms"]["p50"]
