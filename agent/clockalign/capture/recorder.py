@@ -47,6 +47,8 @@ class RecordOptions:
     gpu_clock: bool = True
     gpu_clock_period: float = 1.0
     gpu_clock_pings: int = 64
+    gpu_activity: bool = False        # CUPTI kernels/copies/memsets of a spawned command
+    gpu_activity_timestamps: str = "raw"   # "converted": CUPTI's own CPU-time conversion
     status: bool = None               # default: on when stderr is a TTY
     env: dict = None                  # environment of a spawned command (default: ours)
     force: bool = False               # -o may replace a file that is not a run, or a symlink
@@ -89,6 +91,7 @@ class Recorder:
         self.writer = None
         self.gpus = []
         self._closers = []
+        self._activity = None
 
     # ---------------------------------------------------------------- setup
     def notice(self, text, level="notice"):
@@ -179,6 +182,7 @@ class Recorder:
             "cuda_libraries": getattr(probes, "cuda_libraries", {}),
             "kinds": {str(int(k)): v for k, v in KIND_NAMES.items()},
             "event_dtype": str(EVENT_DTYPE.descr), "cflags": probes.cflags,
+            **({"gpu_activity": self._activity.meta()} if self._activity else {}),
         }
 
     # ---------------------------------------------------------------- run
@@ -201,8 +205,14 @@ class Recorder:
         check_output(o.output, force=o.force)
         self.gpus, self.gpu_why = _gpu_inventory()
         env = dict(o.env if o.env is not None else os.environ)
+        if o.gpu_activity:
+            self._prepare_activity(env)
         if o.command:
-            self.child = targets.HeldChild(o.command, env)
+            try:
+                self.child = targets.HeldChild(o.command, env)
+            except BaseException:
+                self._close_activity()
+                raise
             tgids = [self.child.pid]
         else:
             for pid in o.pids:
@@ -217,6 +227,7 @@ class Recorder:
         except BaseException:
             if self.child:
                 self.child.cancel()
+            self._close_activity()
             raise
         # from arming until the probes are detached, Ctrl-C / SIGTERM only ask for a stop: a
         # second one while finishing must cost neither the trailer nor a clean detach
@@ -254,10 +265,35 @@ class Recorder:
             self._restore_signals(old)
         return self.summary
 
+    def _prepare_activity(self, env):
+        """--gpu-activity: CUPTI injected into the command (env gets its variables), or one
+        notice saying why not; the rest is recorded either way."""
+        from .gpuactivity import GpuActivity, spawn_only_notice
+        if not self.opts.command:
+            self.notice(spawn_only_notice(), "warning")
+            return
+        act = GpuActivity(raw=self.opts.gpu_activity_timestamps != "converted")
+        try:
+            act.prepare(env)
+        except ClockalignError as e:
+            act.close()
+            self.notice(f"GPU activity is off: {e}", "warning")
+            return
+        self._activity = act
+        self.notice(f"GPU activity: CUPTI {act.cupti.lib} (from {act.cupti.where}) injected "
+                    f"through CUDA_INJECTION64_PATH, {act.meta()['timestamps']} timestamps")
+
+    def _close_activity(self):
+        if self._activity is not None:
+            self._activity.close()
+
     def _start_helpers(self, helpers):
-        """Start the clock probe and counter sampler, each appended to helpers once it runs
-        (so a failure part-way still stops the ones started)."""
+        """Start the clock probe, counter sampler and GPU activity reader, each appended to
+        helpers once it runs (so a failure part-way still stops the ones started)."""
         o = self.opts
+        if self._activity is not None:
+            self._activity.start_writing(self.writer)
+            helpers.append(("gpu_activity", self._activity))
         try:
             from .clockprobe import ClockProbeThread
             gpus = [g["index"] for g in self.gpus] if o.gpu_clock else []
@@ -385,11 +421,20 @@ class Recorder:
                 close()
             except Exception as e:
                 self.notice(f"closing a counter backend failed: {e}", "warning")
+        self._close_activity()
+        act = stats.get("gpu_activity")
+        if self._activity is not None and "error" not in (act or {}):
+            for k in ("gpu_kernel", "gpu_copy", "gpu_memset", "gpu_launch_call"):
+                self.counts[k] = act[k]
+            for text in self._activity.summary_notes():
+                self.notice(text, "warning")
         self._record_batch(probes.ring.read())
         unfinished = probes.unfinished_cuda(_now())
         self._record_batch(unfinished)
         self._snapshot_threads([p for p in tgids if targets.alive(p)])
         drops = probes.drops()
+        if self._activity is not None:
+            drops.update(self._activity.drops())
         peak = probes.ring.peak_fill if probes.ring else 0.0
         if drops:
             self.notice("events lost: " + ", ".join(f"{k}={v}" for k, v in drops.items()) +
@@ -460,7 +505,8 @@ def next_poll_s(fill: float, since_last_read_s: float, busy_s: float) -> float:
 def _drop_reason(drops: dict, peak: float) -> str:
     """One clause on why records were lost, from which counters moved."""
     why = []
-    if any(k not in ("state_map_full", "cuda_unpaired", "cuda_nested", "cuda_slot_busy")
+    gpu = ("cupti_dropped", "gpu_wire_bad_bytes", "gpu_wire_incomplete_bytes")
+    if any(k not in ("state_map_full", "cuda_unpaired", "cuda_nested", "cuda_slot_busy") + gpu
            for k in drops):
         why.append(f"a CPU's event buffer filled up (at most {peak:.0%} full when read): "
                    "raise --ring-mb, or the recorder could not keep up")
@@ -471,6 +517,11 @@ def _drop_reason(drops: dict, peak: float) -> str:
                    "call slots")
     if "cuda_nested" in drops:
         why.append("a thread was inside more nested probed CUDA calls than are tracked")
+    if "cupti_dropped" in drops:
+        why.append("CUPTI dropped GPU activity records (its buffers were full)")
+    if "gpu_wire_bad_bytes" in drops or "gpu_wire_incomplete_bytes" in drops:
+        why.append("GPU activity bytes from the injected library were unreadable or cut off "
+                   "(a target killed mid-write?)")
     if "cuda_unpaired" in drops:
         why.append("a CUDA call's return found another call on top (a return was missed)")
     return "; ".join(why)

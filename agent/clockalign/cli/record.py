@@ -14,6 +14,7 @@ Examples:
   sudo clockalign record --pid 1234 --pid 1240          # two processes, until Ctrl-C
   sudo clockalign record --pid $(docker inspect -f '{{.State.Pid}}' triton)  # in a container
   sudo clockalign record -o run.ca -- python3 infer.py  # probes armed before it starts
+  sudo clockalign record --gpu-activity -o run.ca -- python3 infer.py  # + GPU kernels
   sudo clockalign record --no-cuda --pid 1234           # sched/connect only
   clockalign record --dump-bpf                          # print the BPF C and cflags
 """
@@ -47,6 +48,14 @@ Examples:
               help="Seconds between GPU clock bursts.")
 @click.option("--gpu-clock-pings", type=int, default=64, show_default=True,
               help="Pings per GPU clock burst.")
+@click.option("--gpu-activity", is_flag=True,
+              help="Spawn mode: inject CUPTI into the command (CUDA_INJECTION64_PATH) and record "
+                   "every kernel, copy and memset it runs on the GPU, on the GPU's own clock, "
+                   "mapped to MONOTONIC with the stated uncertainty.")
+@click.option("--gpu-activity-timestamps", type=click.Choice(["raw", "converted"]),
+              default="raw", show_default=True,
+              help="'converted': keep CUPTI's own conversion to CPU time (no stated bound; "
+                   "for comparisons).")
 @click.option("--ring-mb", type=click.FloatRange(0, MAX_RING_MB, min_open=True), default=None,
               help="Event buffer MiB, all CPUs together (one perf buffer per CPU, a power of "
                    "two pages each; default 8 MiB a CPU, at most 512 MiB).")
@@ -54,8 +63,8 @@ Examples:
 @click.option("--dump-bpf", is_flag=True, help="Print the BPF program and cflags, then exit.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(pids, output, force, duration, libcuda, no_cuda, cuda_args, follow_children, counters,
-            counter_interval, no_gpu_clock, gpu_clock_period, gpu_clock_pings, ring_mb, quiet,
-            dump_bpf, command):
+            counter_interval, no_gpu_clock, gpu_clock_period, gpu_clock_pings, gpu_activity,
+            gpu_activity_timestamps, ring_mb, quiet, dump_bpf, command):
     """Record CUDA driver calls, context switches, connect(), Xids, GPU clocks and counters
     of running processes (--pid) or of a COMMAND given after --, until --duration,
     Ctrl-C/SIGTERM or the targets' exit.
@@ -84,6 +93,8 @@ def command(pids, output, force, duration, libcuda, no_cuda, cuda_args, follow_c
                          follow_children=follow_children, ring_mb=ring_mb, counters=counters,
                          counter_interval=counter_interval, gpu_clock=not no_gpu_clock,
                          gpu_clock_period=gpu_clock_period, gpu_clock_pings=gpu_clock_pings,
+                         gpu_activity=gpu_activity,
+                         gpu_activity_timestamps=gpu_activity_timestamps,
                          status=False if quiet else None)
     s = Recorder(opts).run()
     counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items() if v) or "no events"

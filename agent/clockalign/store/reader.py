@@ -26,17 +26,18 @@ from ..errors import DamagedRun, NotARunFile, UnsupportedVersion
 from . import codec
 from .counter_fields import COUNTER_COLUMNS
 from .decode import XidMessages
-from .schema import EVENT_DTYPE, MAGIC, Chunk
+from .schema import EVENT_DTYPE, GPU_REC_DTYPE, MAGIC, Chunk
 from .writer import CHUNK, CHUNK_MARK, CHUNK_TYPE_LEN, END, END_MARK, HEADER, HEADER_CRC
 
 READABLE_VERSIONS = (1, 2)
 CRC_SLICE = 8 << 20
-COLUMNAR = {Chunk.EVENTS, Chunk.CPU_CLOCK, Chunk.GPU_CLOCK, Chunk.COUNTERS}
+COLUMNAR = {Chunk.EVENTS, Chunk.CPU_CLOCK, Chunk.GPU_CLOCK, Chunk.COUNTERS, Chunk.GPU_ACTIVITY}
 REQUIRED_COLUMNS = {
     Chunk.EVENTS: {n: EVENT_DTYPE[n] for n in EVENT_DTYPE.names},
     Chunk.CPU_CLOCK: dict.fromkeys(("domain", "t0", "remote", "t1")),
     Chunk.GPU_CLOCK: dict.fromkeys(("gpu", "method", "t0", "remote", "t1")),
     Chunk.COUNTERS: dict.fromkeys(("gpu", "field", "t_real_ns", "value")),
+    Chunk.GPU_ACTIVITY: {n: GPU_REC_DTYPE[n] for n in GPU_REC_DTYPE.names},
 }
 KNOWN_TYPES = frozenset(int(c) for c in Chunk)
 
@@ -98,7 +99,8 @@ def check_payload(ctype: int, payload, version: int) -> None:
     rows = payload.get("rows")
     if not isinstance(rows, list) or not rows:
         raise BadChunk("no rows")
-    if ctype in (Chunk.NOTICES, Chunk.THREADS, Chunk.TRAILER, Chunk.CLOCK_INFO, Chunk.STATUS) \
+    if ctype in (Chunk.NOTICES, Chunk.THREADS, Chunk.TRAILER, Chunk.CLOCK_INFO, Chunk.STATUS,
+                 Chunk.GPU_NAMES) \
             and not all(isinstance(r, dict) for r in rows):
         raise BadChunk("a row is not a map")
     if ctype == Chunk.TRAILER and len(rows) != 1:

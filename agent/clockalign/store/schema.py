@@ -87,7 +87,39 @@ class Chunk(enum.IntEnum):
     STATUS = 7        # rows: periodic {"t_ns", "events", "drops": {kind: n}}
     GPU_EVENTS = 8    # rows: NVML/DCGM Xid and other events stamped on receipt
     CLOCK_INFO = 9    # rows: {"domain": "GPU0", "tick_ns": 32, "method": ..., ...} per clock domain
+    GPU_ACTIVITY = 10  # columns of GPU_REC_DTYPE: CUPTI activity and launch records (--gpu-activity)
+    GPU_NAMES = 11    # rows: {"pid", "space": 1 kernel / 2 driver function, "id", "name"}
     TRAILER = 100     # rows: one {"t_ns", "counts", "drops", "chunks", "reason"}
+
+
+class GpuKind(enum.IntEnum):
+    """``GPU_REC_DTYPE.kind`` (values mirror capture/native/ca_gpu_wire.h CA_GK_*)."""
+
+    KERNEL = 1     # start/end on the GPU's clock (flags RAW) or CUPTI's (CONVERTED)
+    MEMCPY = 2     # value=bytes, aux=copyKind | srcKind << 8 | dstKind << 16
+    MEMSET = 3     # value=bytes, aux=byte value
+    API = 4        # a driver call that starts GPU work: start/end MONOTONIC at CUPTI's
+                   # entry/exit callbacks, tid, corr, value=CUresult, name=aux=cbid
+    DEVICE = 5     # device=CUDA ordinal in the target, grid/block=its UUID bytes (aux=1)
+    CLOCK = 6      # CUPTI clock sandwich: start MONOTONIC <= value (CUPTI time) <= end
+    DROPPED = 7    # value=records CUPTI dropped
+    INFO = 8       # value=CUPTI version, aux=GPU_RAW_* (raw timestamps on or why not)
+
+
+GPU_FLAG_RAW, GPU_FLAG_CONVERTED = 1, 2
+GPU_RAW_STATES = {0: "raw GPU timestamps", 1: "libcupti does not export "
+                  "cuptiActivityEnableRawTimestamps", 2: "cuptiActivityEnableRawTimestamps failed",
+                  3: "converted timestamps asked for"}
+GPU_NAME_KERNEL, GPU_NAME_API = 1, 2
+
+# ca_gpu_rec, 80 bytes (capture/native/ca_gpu_wire.h); the GPU_ACTIVITY chunk's columns.
+GPU_REC_DTYPE = np.dtype([
+    ("kind", "<u2"), ("flags", "<u2"), ("pid", "<u4"),
+    ("start", "<u8"), ("end", "<u8"), ("value", "<u8"), ("grid", "<u8"), ("block", "<u8"),
+    ("corr", "<u4"), ("device", "<u4"), ("stream", "<u4"), ("name", "<u4"),
+    ("tid", "<u4"), ("aux", "<u4"), ("context", "<u4"), ("shmem", "<u4"),
+])
+assert GPU_REC_DTYPE.itemsize == 80
 
 
 class ClockDomain(enum.IntEnum):

@@ -1,0 +1,198 @@
+"""``record --gpu-activity``: inject CUPTI into a spawned command and stream its records.
+
+Before the command is forked, ``GpuActivity.prepare(env)`` finds CUPTI (capture/cupti.py),
+builds the injection library (native/ca_cupti.c) for it, makes a FIFO in a private
+directory and puts CUDA_INJECTION64_PATH and the library's settings into the command's
+environment.  libcuda loads the library at cuInit in every process of the command that
+uses CUDA; each writes packets of fixed-size records into the FIFO (capture/gpuwire.py).
+The reader thread turns each read into one GPU_ACTIVITY chunk (numpy columns) and the
+names it completed into GPU_NAMES rows.
+
+The recorder holds a write end of the FIFO itself, so a read never sees end-of-file while
+targets come and go, and a target's write never fails while the recorder lives.
+
+    act = GpuActivity(raw=True); act.prepare(env)   # CuptiMissing / NativeBuildError
+    act.start(writer) ... act.stop(); act.stats()
+"""
+import fcntl
+import os
+import select
+import shutil
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from ..store.schema import GPU_RAW_STATES, Chunk, GpuKind
+from .cupti import build_injection, find_cupti
+from .gpuwire import WireParser
+
+F_SETPIPE_SZ = 1031
+PIPE_BYTES = 1 << 20
+READ_BYTES = 1 << 20
+CHUNK_ROWS = 1 << 16
+CHUNK_S = 0.25
+COUNT_KEYS = {GpuKind.KERNEL: "gpu_kernel", GpuKind.MEMCPY: "gpu_copy",
+              GpuKind.MEMSET: "gpu_memset", GpuKind.API: "gpu_launch_call"}
+
+
+def spawn_only_notice() -> str:
+    return ("--gpu-activity needs spawn mode (-- COMMAND): CUPTI can only be injected when a "
+            "process initialises CUDA, so a running --pid target gets no GPU activity; "
+            "recording the rest")
+
+
+class GpuActivity(threading.Thread):
+    def __init__(self, raw: bool = True):
+        super().__init__(name="clockalign-gpuactivity", daemon=True)
+        self.raw = raw
+        self.writer = None
+        self.cupti = None
+        self.library = None
+        self._dir = None
+        self._rfd = self._wfd = None
+        self._stop_ev = threading.Event()
+        self._parser = WireParser()
+        self._lock = threading.Lock()
+        self._error = None
+        self._stats = {"records": 0, "packets": 0, "chunks": 0, "names": 0,
+                       "cupti_dropped": 0, "processes": set(), "raw": {}, "cupti_version": {},
+                       **{v: 0 for v in COUNT_KEYS.values()}}
+
+    # -- before the fork -------------------------------------------------------------
+    def prepare(self, env: dict) -> dict:
+        """Find CUPTI, build the library, make the FIFO; adds the command's variables to env."""
+        if env.get("CUDA_INJECTION64_PATH"):
+            from .cupti import CuptiMissing
+            raise CuptiMissing("the command's environment already sets CUDA_INJECTION64_PATH "
+                               f"({env['CUDA_INJECTION64_PATH']}): another tool injects into "
+                               "CUDA, and only one can")
+        self.cupti = find_cupti(env)
+        self.library = build_injection(self.cupti)
+        self._dir = tempfile.mkdtemp(prefix="clockalign-cupti-")
+        path = os.path.join(self._dir, "activity.fifo")
+        os.mkfifo(path, 0o600)
+        self._rfd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        self._wfd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            fcntl.fcntl(self._rfd, F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass        # the default 64 KiB pipe: the reader thread only has to keep up
+        env.update({"CUDA_INJECTION64_PATH": self.library, "CLOCKALIGN_CUPTI_FIFO": path,
+                    "CLOCKALIGN_CUPTI_LIB": self.cupti.lib,
+                    "CLOCKALIGN_CUPTI_RAW": "1" if self.raw else "0"})
+        return env
+
+    def meta(self) -> dict:
+        return {"library": self.library, "libcupti": self.cupti.lib if self.cupti else None,
+                "cupti_from": self.cupti.where if self.cupti else None,
+                "timestamps": "raw" if self.raw else "converted"}
+
+    # -- thread ----------------------------------------------------------------------
+    def start_writing(self, writer):
+        self.writer = writer
+        self.start()
+
+    def run(self):
+        pend, rows, last = [], 0, time.monotonic()
+        try:
+            while True:
+                stopping = self._stop_ev.is_set()
+                r, _, _ = select.select([self._rfd], [], [], 0 if stopping else CHUNK_S)
+                got = self._read() if r else None
+                if got is not None and len(got):
+                    pend.append(got)
+                    rows += len(got)
+                now = time.monotonic()
+                if pend and (rows >= CHUNK_ROWS or now - last >= CHUNK_S or
+                             (stopping and got is None)):
+                    self._write(np.concatenate(pend))
+                    pend, rows, last = [], 0, now
+                if stopping and got is None:
+                    break
+        except BaseException as e:      # reported by stop(); the recording goes on
+            self._error = e
+
+    def _read(self):
+        """Records of one read (None when the FIFO is empty); names written as they complete."""
+        try:
+            data = os.read(self._rfd, READ_BYTES)
+        except BlockingIOError:
+            return None
+        if not data:
+            return None
+        recs, names = self._parser.feed(data)
+        if names:
+            self.writer.write_rows(Chunk.GPU_NAMES, [
+                {"pid": p, "space": s, "id": i, "name": n} for p, s, i, n in names])
+        with self._lock:
+            st = self._stats
+            st["packets"] = self._parser.packets
+            st["names"] += len(names)
+            st["records"] += len(recs)
+            if len(recs):
+                kinds = np.bincount(recs["kind"], minlength=16)
+                for k, key in COUNT_KEYS.items():
+                    st[key] += int(kinds[k])
+                st["processes"].update(np.unique(recs["pid"]).tolist())
+                d = recs["kind"] == GpuKind.DROPPED
+                st["cupti_dropped"] += int(recs["value"][d].sum())
+                for rec in recs[recs["kind"] == GpuKind.INFO]:
+                    st["raw"][int(rec["pid"])] = GPU_RAW_STATES.get(int(rec["aux"]), "?")
+                    st["cupti_version"][int(rec["pid"])] = int(rec["value"])
+        return recs
+
+    def _write(self, recs):
+        self.writer.write_columns(Chunk.GPU_ACTIVITY, {n: recs[n] for n in recs.dtype.names})
+        with self._lock:
+            self._stats["chunks"] += 1
+
+    def stop(self, timeout: float = 10.0):
+        """Drain what the targets wrote, close and remove the FIFO."""
+        self._stop_ev.set()
+        if self.is_alive():
+            self.join(timeout)
+        self.close()
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def close(self):
+        for fd in (self._rfd, self._wfd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._rfd = self._wfd = None
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def stats(self) -> dict:
+        with self._lock:
+            s = dict(self._stats)
+        s["processes"] = sorted(s["processes"])
+        s["bad_bytes"] = self._parser.bad_bytes
+        s["incomplete_bytes"] = self._parser.leftover
+        s["incomplete_names"] = self._parser.pending_names
+        return s
+
+    def drops(self) -> dict:
+        """What was lost, for the trailer: CUPTI's own drops and unreadable bytes."""
+        s = self.stats()
+        out = {"cupti_dropped": s["cupti_dropped"], "gpu_wire_bad_bytes": s["bad_bytes"],
+               "gpu_wire_incomplete_bytes": s["incomplete_bytes"]}
+        return {k: v for k, v in out.items() if v}
+
+    def summary_notes(self) -> list:
+        """One sentence per target process whose timestamps are not raw, and on no records."""
+        s = self.stats()
+        notes = [f"GPU activity of process {pid}: CUPTI's converted timestamps ({why}); "
+                 "they carry no stated bound" for pid, why in s["raw"].items()
+                 if why != GPU_RAW_STATES[0]]
+        if not s["raw"]:
+            notes.append("GPU activity: no process of the command loaded the CUPTI library "
+                         "(it used no CUDA, or CUPTI failed to start: see its stderr)")
+        return notes

@@ -1,0 +1,556 @@
+/*
+ * clockalign's CUPTI injection library: `clockalign record --gpu-activity -- CMD` sets
+ * CUDA_INJECTION64_PATH to this file, and libcuda calls InitializeInjection() at cuInit.
+ *
+ * It collects concurrent-kernel, memcpy and memset activity with RAW GPU timestamps where
+ * libcupti exports the undocumented cuptiActivityEnableRawTimestamps(uint8_t) (every
+ * libcupti 10.2-13.0 does), else CUPTI's converted ones, flagged as such; plus, through the
+ * callback API, one record per driver call that can start GPU work (launches, copies,
+ * memsets), stamped on MONOTONIC at its entry and exit with the calling thread's tid and
+ * the correlation id that ties it to its activity record.  Records go to the recorder as
+ * fixed-size binary packets through the FIFO named by CLOCKALIGN_CUPTI_FIFO
+ * (ca_gpu_wire.h): no per-record work on the Python side.
+ *
+ * libcupti is dlopen'ed (CLOCKALIGN_CUPTI_LIB), so this file needs only the CUPTI and
+ * cuda.h headers to build:
+ *     gcc -O2 -shared -fPIC -I<cupti include> -I<cuda include> ca_cupti.c -o ca_cupti.so -ldl -lpthread
+ * CLOCKALIGN_CUPTI_RAW=0 keeps CUPTI's converted timestamps (for comparisons).
+ *
+ * A write that would raise SIGPIPE (the recorder is gone) is caught with SIGPIPE blocked
+ * in the writing thread; the library then stops collecting, and the target runs on.
+ */
+#define _GNU_SOURCE
+#include <cupti.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ca_gpu_wire.h"
+
+#if !defined(CUPTI_API_VERSION)
+#error "cupti.h did not define CUPTI_API_VERSION"
+#elif CUPTI_API_VERSION >= 130000
+typedef CUpti_ActivityKernel10 ca_kernel_t;
+typedef CUpti_ActivityMemcpy6 ca_memcpy_t;
+typedef CUpti_ActivityMemset4 ca_memset_t;
+#elif CUPTI_API_VERSION >= 18
+typedef CUpti_ActivityKernel9 ca_kernel_t;
+typedef CUpti_ActivityMemcpy5 ca_memcpy_t;
+typedef CUpti_ActivityMemset4 ca_memset_t;
+#else
+#error "CUPTI older than CUDA 12 (CUPTI_API_VERSION < 18) is not supported"
+#endif
+
+#define BUF_BYTES (4u << 20)
+#define FLUSH_NS 100000000ull     /* activity flushed and staged records sent every 100 ms */
+#define CLOCK_EVERY 5             /* a CUPTI clock sandwich every 5 flushes */
+
+static struct {
+    CUptiResult (*ActivityEnable)(CUpti_ActivityKind);
+    CUptiResult (*ActivityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc,
+                                             CUpti_BuffersCallbackCompleteFunc);
+    CUptiResult (*ActivityGetNextRecord)(uint8_t *, size_t, CUpti_Activity **);
+    CUptiResult (*ActivityFlushAll)(uint32_t);
+    CUptiResult (*ActivityGetNumDroppedRecords)(CUcontext, uint32_t, size_t *);
+    CUptiResult (*ActivityEnableRawTimestamps)(uint8_t);
+    CUptiResult (*Subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
+    CUptiResult (*EnableCallback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
+                                  CUpti_CallbackId);
+    CUptiResult (*GetCallbackName)(CUpti_CallbackDomain, uint32_t, const char **);
+    CUptiResult (*GetTimestamp)(uint64_t *);
+    CUptiResult (*GetDeviceId)(CUcontext, uint32_t *);
+    CUptiResult (*GetVersion)(uint32_t *);
+    CUptiResult (*GetResultString)(CUptiResult, const char **);
+} cu;
+
+static CUresult (*p_cuDeviceGet)(CUdevice *, int);
+static CUresult (*p_cuDeviceGetUuid)(CUuuid *, CUdevice);
+
+static int fifo = -1;
+static volatile int dead;          /* the recorder went away: stop sending */
+static uint32_t my_pid;
+static uint16_t ts_flags = CA_F_CONVERTED;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static CUpti_SubscriberHandle subscriber;
+
+/* staged records (API callbacks and activity), sent as one packet when full */
+static struct {
+    struct ca_pkt h;
+    struct ca_gpu_rec r[CA_RECS_PER_PKT];
+} stage;
+static unsigned staged;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void warn(const char *what, CUptiResult r)
+{
+    const char *s = "?";
+    if (cu.GetResultString)
+        cu.GetResultString(r, &s);
+    fprintf(stderr, "clockalign-cupti: %s failed: %s (GPU activity is off)\n", what, s);
+}
+
+/* One packet, one write(2) (atomic: <= PIPE_BUF).  Caller holds `lock`. */
+static void send_packet(const void *buf, size_t len)
+{
+    sigset_t pipe, old;
+    if (dead || fifo < 0)
+        return;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &old);
+    ssize_t w;
+    do {
+        w = write(fifo, buf, len);
+    } while (w < 0 && errno == EINTR);
+    if (w != (ssize_t)len) {
+        if (w < 0 && errno == EPIPE) {
+            struct timespec zero = {0, 0};
+            while (sigtimedwait(&pipe, NULL, &zero) > 0)
+                ;
+        }
+        dead = 1;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void flush_stage_locked(void)
+{
+    if (!staged)
+        return;
+    stage.h.magic = CA_PKT_MAGIC;
+    stage.h.type = CA_PKT_RECORDS;
+    stage.h.n = (uint16_t)staged;
+    stage.h.pid = my_pid;
+    stage.h.len = staged * (uint32_t)sizeof(struct ca_gpu_rec);
+    send_packet(&stage, sizeof(struct ca_pkt) + stage.h.len);
+    staged = 0;
+}
+
+static void put_locked(const struct ca_gpu_rec *r)
+{
+    stage.r[staged] = *r;
+    stage.r[staged].pid = my_pid;
+    if (++staged == CA_RECS_PER_PKT)
+        flush_stage_locked();
+}
+
+static void put(const struct ca_gpu_rec *r)
+{
+    pthread_mutex_lock(&lock);
+    put_locked(r);
+    pthread_mutex_unlock(&lock);
+}
+
+static void send_name_locked(uint32_t space, uint32_t id, const char *s)
+{
+    struct {
+        struct ca_pkt h;
+        struct ca_name_hdr n;
+        char text[CA_NAME_PER_PKT];
+    } p;
+    size_t total = strlen(s), off = 0;
+    do {
+        size_t k = total - off < CA_NAME_PER_PKT ? total - off : CA_NAME_PER_PKT;
+        p.h.magic = CA_PKT_MAGIC;
+        p.h.type = CA_PKT_NAME;
+        p.h.n = (uint16_t)k;
+        p.h.pid = my_pid;
+        p.h.len = (uint32_t)(sizeof(p.n) + k);
+        p.n.id = id;
+        p.n.space = space;
+        p.n.offset = (uint32_t)off;
+        p.n.total = (uint32_t)total;
+        memcpy(p.text, s + off, k);
+        send_packet(&p, sizeof(p.h) + p.h.len);
+        off += k;
+    } while (off < total);
+}
+
+/* Kernel names interned by content (FNV-1a 64), open addressing; id 0 is "no name". */
+static struct name_slot { uint64_t h; uint32_t id; } *names;
+static size_t names_cap, names_used;
+static uint32_t next_name_id = 1;
+
+static uint64_t fnv(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+static int names_grow_locked(void)
+{
+    size_t cap = names_cap ? names_cap * 2 : 4096;
+    struct name_slot *t = calloc(cap, sizeof(*t));
+    if (!t)
+        return -1;
+    for (size_t i = 0; i < names_cap; i++) {
+        if (!names[i].h)
+            continue;
+        size_t j = names[i].h & (cap - 1);
+        while (t[j].h)
+            j = (j + 1) & (cap - 1);
+        t[j] = names[i];
+    }
+    free(names);
+    names = t;
+    names_cap = cap;
+    return 0;
+}
+
+static uint32_t intern_locked(const char *s)
+{
+    if (!s)
+        return 0;
+    if (names_used * 2 >= names_cap && names_grow_locked() < 0)
+        return 0;
+    uint64_t h = fnv(s);
+    size_t j = h & (names_cap - 1);
+    while (names[j].h) {
+        if (names[j].h == h)
+            return names[j].id;
+        j = (j + 1) & (names_cap - 1);
+    }
+    names[j].h = h;
+    names[j].id = next_name_id++;
+    names_used++;
+    send_name_locked(CA_NAME_KERNEL, names[j].id, s);
+    return names[j].id;
+}
+
+static uint64_t dims(int32_t x, int32_t y, int32_t z)
+{
+    return (uint64_t)(uint32_t)x | (uint64_t)(uint16_t)y << 32 | (uint64_t)(uint16_t)z << 48;
+}
+
+/* --- activity buffers -------------------------------------------------------------- */
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    *buffer = aligned_alloc(8, BUF_BYTES);
+    *size = *buffer ? BUF_BYTES : 0;
+    *max_records = 0;
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
+                                      size_t size, size_t valid)
+{
+    CUpti_Activity *rec = NULL;
+    (void)size;
+    pthread_mutex_lock(&lock);
+    while (valid && cu.ActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        struct ca_gpu_rec o;
+        memset(&o, 0, sizeof(o));
+        o.flags = ts_flags;
+        if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
+            rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+            const ca_kernel_t *k = (const ca_kernel_t *)rec;
+            o.kind = CA_GK_KERNEL;
+            o.start = k->start;
+            o.end = k->end;
+            o.grid = dims(k->gridX, k->gridY, k->gridZ);
+            o.block = dims(k->blockX, k->blockY, k->blockZ);
+            o.corr = k->correlationId;
+            o.device = k->deviceId;
+            o.stream = k->streamId;
+            o.context = k->contextId;
+            o.shmem = (uint32_t)(k->staticSharedMemory + k->dynamicSharedMemory);
+            o.name = intern_locked(k->name);
+        } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+            const ca_memcpy_t *m = (const ca_memcpy_t *)rec;
+            o.kind = CA_GK_MEMCPY;
+            o.start = m->start;
+            o.end = m->end;
+            o.value = m->bytes;
+            o.aux = m->copyKind | (uint32_t)m->srcKind << 8 | (uint32_t)m->dstKind << 16;
+            o.corr = m->correlationId;
+            o.device = m->deviceId;
+            o.stream = m->streamId;
+            o.context = m->contextId;
+        } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+            const ca_memset_t *m = (const ca_memset_t *)rec;
+            o.kind = CA_GK_MEMSET;
+            o.start = m->start;
+            o.end = m->end;
+            o.value = m->bytes;
+            o.aux = m->value;
+            o.corr = m->correlationId;
+            o.device = m->deviceId;
+            o.stream = m->streamId;
+            o.context = m->contextId;
+        } else {
+            continue;
+        }
+        put_locked(&o);
+    }
+    size_t dropped = 0;
+    if (cu.ActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS && dropped) {
+        struct ca_gpu_rec o;
+        memset(&o, 0, sizeof(o));
+        o.kind = CA_GK_DROPPED;
+        o.start = mono_ns();
+        o.value = dropped;
+        o.stream = stream_id;
+        put_locked(&o);
+    }
+    pthread_mutex_unlock(&lock);
+    free(buffer);
+}
+
+/* --- driver calls that start GPU work ---------------------------------------------- */
+static __thread uint64_t tl_enter;
+static __thread uint32_t tl_tid;
+static uint32_t api_name_sent[CUPTI_DRIVER_TRACE_CBID_SIZE + 1];
+
+static void device_record(CUcontext ctx)
+{
+    uint32_t ordinal;
+    CUdevice dev;
+    CUuuid uuid;
+    if (!ctx || cu.GetDeviceId(ctx, &ordinal) != CUPTI_SUCCESS)
+        return;
+    struct ca_gpu_rec o;
+    memset(&o, 0, sizeof(o));
+    o.kind = CA_GK_DEVICE;
+    o.start = mono_ns();
+    o.device = ordinal;
+    if (p_cuDeviceGet && p_cuDeviceGetUuid && p_cuDeviceGet(&dev, (int)ordinal) == CUDA_SUCCESS &&
+        p_cuDeviceGetUuid(&uuid, dev) == CUDA_SUCCESS) {
+        memcpy(&o.grid, uuid.bytes, 8);
+        memcpy(&o.block, uuid.bytes + 8, 8);
+        o.aux = 1;
+    }
+    put(&o);
+}
+
+static void CUPTIAPI on_callback(void *ud, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                 const void *data)
+{
+    (void)ud;
+    if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+        if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED)
+            device_record(((const CUpti_ResourceData *)data)->context);
+        return;
+    }
+    if (domain != CUPTI_CB_DOMAIN_DRIVER_API || dead)
+        return;
+    const CUpti_CallbackData *cb = data;
+    if (cb->callbackSite == CUPTI_API_ENTER) {
+        tl_enter = mono_ns();
+        return;
+    }
+    struct ca_gpu_rec o;
+    memset(&o, 0, sizeof(o));
+    o.kind = CA_GK_API;
+    o.end = mono_ns();
+    o.start = tl_enter;
+    if (!tl_tid)
+        tl_tid = (uint32_t)syscall(SYS_gettid);
+    o.tid = tl_tid;
+    o.corr = cb->correlationId;
+    o.aux = cbid;
+    if (cb->functionReturnValue)
+        o.value = (uint64_t)*(const CUresult *)cb->functionReturnValue;
+    pthread_mutex_lock(&lock);
+    if (cbid <= CUPTI_DRIVER_TRACE_CBID_SIZE && !api_name_sent[cbid] && cb->functionName) {
+        api_name_sent[cbid] = 1;
+        send_name_locked(CA_NAME_API, cbid, cb->functionName);
+    }
+    o.name = cbid;
+    put_locked(&o);
+    pthread_mutex_unlock(&lock);
+}
+
+/* Launches, copies, memsets, graph launches: the driver calls whose work CUPTI records. */
+static int starts_gpu_work(const char *name)
+{
+    static const char *const prefixes[] = {"cuLaunch", "cuMemcpy", "cuMemset", "cuGraphLaunch"};
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(*prefixes); i++)
+        if (!strncmp(name, prefixes[i], strlen(prefixes[i])))
+            return 1;
+    return 0;
+}
+
+/* --- clock sandwiches, periodic flush, exit --------------------------------------- */
+static void clock_record(void)
+{
+    struct ca_gpu_rec o;
+    uint64_t ts = 0;
+    memset(&o, 0, sizeof(o));
+    o.kind = CA_GK_CLOCK;
+    o.flags = ts_flags;
+    o.start = mono_ns();
+    cu.GetTimestamp(&ts);
+    o.end = mono_ns();
+    o.value = ts;
+    put(&o);
+}
+
+static void flush_all(uint32_t flag)
+{
+    cu.ActivityFlushAll(flag);
+    pthread_mutex_lock(&lock);
+    flush_stage_locked();
+    pthread_mutex_unlock(&lock);
+}
+
+static void *flusher(void *arg)
+{
+    struct timespec ts = {0, FLUSH_NS};
+    unsigned n = 0;
+    (void)arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    while (!dead) {
+        nanosleep(&ts, NULL);
+        if (++n % CLOCK_EVERY == 0)
+            clock_record();
+        flush_all(0);
+    }
+    return NULL;
+}
+
+static void at_exit(void)
+{
+    if (dead)
+        return;
+    clock_record();
+    flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+static int resolve(void *h)
+{
+#define SYM(field, name) \
+    if (!(*(void **)&cu.field = dlsym(h, name))) { \
+        fprintf(stderr, "clockalign-cupti: %s has no %s (GPU activity is off)\n", \
+                getenv("CLOCKALIGN_CUPTI_LIB"), name); \
+        return -1; \
+    }
+    SYM(ActivityEnable, "cuptiActivityEnable")
+    SYM(ActivityRegisterCallbacks, "cuptiActivityRegisterCallbacks")
+    SYM(ActivityGetNextRecord, "cuptiActivityGetNextRecord")
+    SYM(ActivityFlushAll, "cuptiActivityFlushAll")
+    SYM(ActivityGetNumDroppedRecords, "cuptiActivityGetNumDroppedRecords")
+    SYM(Subscribe, "cuptiSubscribe")
+    SYM(EnableCallback, "cuptiEnableCallback")
+    SYM(GetCallbackName, "cuptiGetCallbackName")
+    SYM(GetTimestamp, "cuptiGetTimestamp")
+    SYM(GetDeviceId, "cuptiGetDeviceId")
+    SYM(GetVersion, "cuptiGetVersion")
+    SYM(GetResultString, "cuptiGetResultString")
+#undef SYM
+    *(void **)&cu.ActivityEnableRawTimestamps = dlsym(h, "cuptiActivityEnableRawTimestamps");
+    return 0;
+}
+
+__attribute__((visibility("default"))) int InitializeInjection(void)
+{
+    static int done;
+    if (done++)
+        return 1;
+    const char *path = getenv("CLOCKALIGN_CUPTI_FIFO");
+    const char *lib = getenv("CLOCKALIGN_CUPTI_LIB");
+    const char *raw_env = getenv("CLOCKALIGN_CUPTI_RAW");
+    if (!path || !lib) {
+        fprintf(stderr, "clockalign-cupti: CLOCKALIGN_CUPTI_FIFO and CLOCKALIGN_CUPTI_LIB must "
+                        "be set (this library is loaded by clockalign record --gpu-activity)\n");
+        return 1;
+    }
+    my_pid = (uint32_t)getpid();
+    fifo = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fifo < 0) {
+        fprintf(stderr, "clockalign-cupti: cannot open %s: %s (GPU activity is off)\n", path,
+                strerror(errno));
+        return 1;
+    }
+    fcntl(fifo, F_SETFL, fcntl(fifo, F_GETFL) & ~O_NONBLOCK);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        fprintf(stderr, "clockalign-cupti: cannot load %s: %s (GPU activity is off)\n", lib,
+                dlerror());
+        close(fifo);
+        fifo = -1;
+        return 1;
+    }
+    if (resolve(h) < 0) {
+        close(fifo);
+        fifo = -1;
+        return 1;
+    }
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (cuda) {
+        *(void **)&p_cuDeviceGet = dlsym(cuda, "cuDeviceGet");
+        *(void **)&p_cuDeviceGetUuid = dlsym(cuda, "cuDeviceGetUuid_v2");
+        if (!p_cuDeviceGetUuid)
+            *(void **)&p_cuDeviceGetUuid = dlsym(cuda, "cuDeviceGetUuid");
+    }
+    struct ca_gpu_rec info;
+    memset(&info, 0, sizeof(info));
+    info.kind = CA_GK_INFO;
+    info.start = mono_ns();
+    uint32_t version = 0;
+    cu.GetVersion(&version);
+    info.value = version;
+    info.aux = CA_RAW_NOT_ASKED;
+    if (!raw_env || strcmp(raw_env, "0")) {
+        if (!cu.ActivityEnableRawTimestamps) {
+            info.aux = CA_RAW_NOT_EXPORTED;
+        } else if (cu.ActivityEnableRawTimestamps(1) != CUPTI_SUCCESS) {
+            info.aux = CA_RAW_FAILED;
+        } else {
+            info.aux = CA_RAW_ON;
+            ts_flags = CA_F_RAW;
+        }
+    }
+    info.flags = ts_flags;
+    CUptiResult r;
+    if ((r = cu.ActivityRegisterCallbacks(buffer_requested, buffer_completed)) != CUPTI_SUCCESS) {
+        warn("cuptiActivityRegisterCallbacks", r);
+        return 1;
+    }
+    static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                               CUPTI_ACTIVITY_KIND_MEMCPY,
+                                               CUPTI_ACTIVITY_KIND_MEMSET};
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(*kinds); i++) {
+        if ((r = cu.ActivityEnable(kinds[i])) != CUPTI_SUCCESS) {
+            warn("cuptiActivityEnable", r);
+            return 1;
+        }
+    }
+    if ((r = cu.Subscribe(&subscriber, on_callback, NULL)) != CUPTI_SUCCESS) {
+        warn("cuptiSubscribe (is another CUPTI client, e.g. a profiler, attached?)", r);
+        return 1;
+    }
+    cu.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
+    for (uint32_t id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; id++) {
+        const char *name = NULL;
+        if (cu.GetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) == CUPTI_SUCCESS && name &&
+            starts_gpu_work(name))
+            cu.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+    }
+    put(&info);
+    clock_record();
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_create(&t, &a, flusher, NULL);
+    pthread_attr_destroy(&a);
+    atexit(at_exit);
+    return 1;
+}

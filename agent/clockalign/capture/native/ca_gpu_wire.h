@@ -1,0 +1,84 @@
+/*
+ * The byte stream from the CUPTI injection library (ca_cupti.c) to `clockalign record`
+ * through a FIFO.  capture/gpuwire.py holds the numpy twins; tests/unit/test_gpu_wire.py
+ * compiles this header and checks every offset against them.
+ *
+ * Every write(2) is one packet of at most PIPE_BUF (4096) bytes, so packets of several
+ * target processes sharing the FIFO never interleave:
+ *     struct ca_pkt | payload (len bytes)
+ * CA_PKT_RECORDS: n records of struct ca_gpu_rec.
+ * CA_PKT_NAME:    struct ca_name_hdr | n bytes of the name from byte `offset` on
+ *                 (long names come in several packets).
+ */
+#ifndef CA_GPU_WIRE_H
+#define CA_GPU_WIRE_H
+#include <stdint.h>
+
+#define CA_PKT_MAGIC 0x31474143u          /* "CAG1" little endian */
+#define CA_PKT_MAX 4096u                  /* PIPE_BUF on Linux */
+#define CA_PKT_RECORDS 1
+#define CA_PKT_NAME 2
+
+struct ca_pkt {
+    uint32_t magic;
+    uint16_t type;
+    uint16_t n;           /* records, or name bytes in this packet */
+    uint32_t pid;
+    uint32_t len;         /* payload bytes after this header */
+};
+
+/* ca_gpu_rec.kind */
+#define CA_GK_KERNEL 1    /* start,end: GPU time; grid,block packed; name: kernel name id */
+#define CA_GK_MEMCPY 2    /* value: bytes; aux: copyKind | srcKind << 8 | dstKind << 16 */
+#define CA_GK_MEMSET 3    /* value: bytes; aux: the byte value set */
+#define CA_GK_API 4       /* a driver call that can start GPU work: start/end MONOTONIC at
+                             its CUPTI entry/exit callback; tid; corr; value: CUresult;
+                             aux: cbid; name: function name id */
+#define CA_GK_DEVICE 5    /* device: CUDA ordinal in the target; grid/block: its UUID bytes */
+#define CA_GK_CLOCK 6     /* start: MONOTONIC, value: cuptiGetTimestamp(), end: MONOTONIC */
+#define CA_GK_DROPPED 7   /* value: records CUPTI dropped (context, stream as given) */
+#define CA_GK_INFO 8      /* value: CUPTI version; aux: CA_RAW_*; start: MONOTONIC at init */
+
+/* ca_gpu_rec.flags */
+#define CA_F_RAW 1        /* start/end are raw GPU timestamps (%globaltimer ns) */
+#define CA_F_CONVERTED 2  /* start/end are CUPTI's conversion to its CPU clock */
+
+/* CA_GK_INFO aux: what became of cuptiActivityEnableRawTimestamps */
+#define CA_RAW_ON 0
+#define CA_RAW_NOT_EXPORTED 1
+#define CA_RAW_FAILED 2
+#define CA_RAW_NOT_ASKED 3
+
+/* ca_name_hdr.space */
+#define CA_NAME_KERNEL 1
+#define CA_NAME_API 2
+
+struct ca_gpu_rec {       /* 80 bytes */
+    uint16_t kind;
+    uint16_t flags;
+    uint32_t pid;
+    uint64_t start;
+    uint64_t end;
+    uint64_t value;
+    uint64_t grid;        /* x | y << 32 | z << 48, as bpf/clockalign.h packs dims */
+    uint64_t block;
+    uint32_t corr;
+    uint32_t device;
+    uint32_t stream;
+    uint32_t name;
+    uint32_t tid;
+    uint32_t aux;
+    uint32_t context;
+    uint32_t shmem;       /* static + dynamic shared memory of a kernel */
+};
+
+struct ca_name_hdr {
+    uint32_t id;
+    uint32_t space;
+    uint32_t offset;
+    uint32_t total;
+};
+
+#define CA_RECS_PER_PKT ((CA_PKT_MAX - sizeof(struct ca_pkt)) / sizeof(struct ca_gpu_rec))
+#define CA_NAME_PER_PKT (CA_PKT_MAX - sizeof(struct ca_pkt) - sizeof(struct ca_name_hdr))
+#endif
