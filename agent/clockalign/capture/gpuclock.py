@@ -19,11 +19,17 @@ Every sandwich is returned raw; the align stage picks and fits.
     method, t0, remote, t1 = clock.burst(64)
     clock.close()
 
+The ping-pong's host side is native/ca_pingpong.c (built with gcc at first use, called
+through ctypes with the GIL released): its best round trip is shorter than the Python
+loop's, and the band half-width follows the best round trip.  Where it cannot be built the
+Python loop below is used and ``native_note`` says why; CLOCKALIGN_PINGPONG=python forces it.
+
 cuda-bindings is imported lazily: ``from cuda.bindings import driver`` (12.8 and later,
 13.x) or ``from cuda import cuda`` (older).  Every CUDA failure is a GpuClockError with one
 sentence; callers fall back or go on CPU-only.
 """
 import ctypes
+import os
 import time
 from pathlib import Path
 
@@ -52,6 +58,35 @@ MONOTONIC = time.CLOCK_MONOTONIC
 
 class GpuClockError(ClockalignError):
     """CUDA is missing or failed while probing a GPU clock (one sentence)."""
+
+
+_native = None          # the C loop, False when it cannot be had
+native_note = None      # why the Python loop is used
+
+
+def native_loop():
+    """ca_pingpong() of native/ca_pingpong.c, or None (``native_note`` says why)."""
+    global _native, native_note
+    if _native is None:
+        if os.environ.get("CLOCKALIGN_PINGPONG") == "python":
+            _native = False
+            native_note = "CLOCKALIGN_PINGPONG=python asks for the Python ping-pong loop"
+            return None
+        try:
+            from .nativebuild import build
+            lib = ctypes.CDLL(build("ca_pingpong", ["ca_pingpong.c"]))
+        except (ClockalignError, OSError) as e:
+            _native = False
+            native_note = (f"the native ping-pong loop is not available ({e}); the Python loop "
+                           "is used, whose best round trip (and so the band) is wider")
+            return None
+        f = lib.ca_pingpong
+        f.restype = ctypes.c_int
+        f.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int64,
+                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                      ctypes.POINTER(ctypes.c_int)]
+        _native = f
+    return _native or None
 
 
 _driver = None
@@ -278,6 +313,8 @@ class GpuClock:
         self._p_ping = _Params(np.uint64, np.uint64, np.uint64, np.uint32, np.uint64)
         self._p_stamp = _Params(np.uint64, np.uint64)
         self._p_tick = _Params(np.uint64, np.uint32, np.uint32)
+        self._native = native_loop()
+        self.info["host_loop"] = "native" if self._native else "python"
         self.measure_tick()
         self.info["tick_ns"] = self.tick_ns
         self.info["tick_gcd_ns"] = self.tick_gcd_ns
@@ -368,6 +405,18 @@ class GpuClock:
         timeout_ns = int(self.ping_timeout_s * 1e9)
         seq = base
         k = 0
+        want = n
+        if self._native is not None:
+            why = ctypes.c_int(0)
+            k = self._native(self._host, base, n, timeout_ns, t0s.ctypes.data, rem.ctypes.data,
+                             t1s.ctypes.data, ctypes.byref(why))
+            seq = base + k + (k < n)
+            if k < n:
+                self.last_note = (f"ping {k + 1} of {n} on {self.domain} got no answer "
+                                  + ("(the kernel had ended: " + self._exit_text() + ")"
+                                     if why.value == 1 else
+                                     f"within {self.ping_timeout_s * 1e3:.0f} ms"))
+            n = k        # skips the Python loop
         while k < n:
             seq += 1
             t0 = get(MONOTONIC)
@@ -392,7 +441,7 @@ class GpuClock:
                                  if ex.value else f"within {self.ping_timeout_s * 1e3:.0f} ms"))
             break
         self._seq = seq
-        if k < n:
+        if k < want:
             req.value = STOP
         # The kernel ends right after its n-th answer; waiting here keeps bursts apart.
         self._wait_idle(0.05)

@@ -8,6 +8,7 @@ import click
 from ..errors import ClockalignError, TruncatedRun
 from ..store.decode import event_dicts
 from ..store.reader import RunReader
+from ..store.schema import Chunk
 from ..store.writer import check_output, open_private
 from .options import output_option, run_file
 
@@ -24,7 +25,10 @@ Examples:
 def command(file, output):
     """Write each event as a JSON line with kind, t_ns (MONOTONIC), pid, tid and the kind's
     own fields (cuda: fn, ret, dur_ns, args; connect: peer, errno, dur_ns; sched: prev_state,
-    off_cpu_ns, wakeup_to_run_ns; xid: code, dev, msg, msg_whole). Exits 3 on a truncated file."""
+    off_cpu_ns, wakeup_to_run_ns; xid: code, dev, msg, msg_whole), then the GPU activity of a
+    --gpu-activity run (gpu_kernel, gpu_copy, gpu_memset: t_ns, end_ns and unc_ns mapped from
+    the GPU's clock, device, stream, name, grid/block or bytes, and the launching call's tid
+    and t_ns). Exits 3 on a truncated file."""
     r = RunReader(file)
     if output == "-":
         out = sys.stdout
@@ -36,6 +40,13 @@ def command(file, output):
             for batch in r.iter_events():
                 out.writelines(json.dumps(d) + "\n"
                                for d in event_dicts(batch, xid_messages=r.xid_messages))
+            if Chunk.GPU_ACTIVITY in r.chunk_types():
+                from ..timeline import Timeline
+                from ..timeline.gpu_activity import activity_dicts
+                acts = Timeline(r).gpu_activity()
+                out.writelines(json.dumps(d) + "\n" for d in activity_dicts(acts))
+                for n in acts.notes:
+                    click.echo(f"clockalign: {n}", err=True)
             out.flush()
     except BrokenPipeError:
         raise                     # the reader left (dump | head): main exits 0

@@ -287,6 +287,15 @@ class Timeline:
         self._gpu_events = out
         return out
 
+    def gpu_activity(self):
+        """GPU kernels, copies and memsets (record --gpu-activity) on MONOTONIC with their
+        uncertainty and launching call: timeline/gpu_activity.GpuActivity (cached)."""
+        if getattr(self, "_gpu_activity", None) is None:
+            from .gpu_activity import load
+            self._gpu_activity = load(self)
+            self.notes.extend(n for n in self._gpu_activity.notes if n not in self.notes)
+        return self._gpu_activity
+
     # ------------------------------------------------------------------ counters
     def counters(self, gpu=None, fields=None) -> np.ndarray:
         """Counter samples on MONOTONIC: COUNTER_DTYPE (gpu, field, t_ns, unc_ns, value,

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# GPU activity (issue 14) on a GPU host, in two stages (each fits one device call):
+#   scripts/gpu_activity.sh smoke OUTDIR    # build the CUPTI injection library and the native
+#                                           # ping-pong; short raw and converted stamp-kernel
+#                                           # runs; native vs Python probe; ResNet-18 under it
+#   scripts/gpu_activity.sh measure OUTDIR  # (a) raw CUPTI vs in-kernel %globaltimer,
+#                                           # (b) mapped kernels inside launch..sync,
+#                                           # (c) 300 s converted CUPTI vs clockalign's mapping
+#                                           #     (= the 5-minute alignment rerun under load),
+#                                           # (d) ResNet-18 cost, probe cost
+# Needs root, the offline bundle (scripts/make_bundle.sh) at .bundle/ or ../.bundle/, and
+# python3 with torch, torchvision and cuda-bindings; results/gpu-activity.md is made from OUTDIR
+# by scripts/gpu_activity_results.py.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+stage=$1
+out=$(mkdir -p "$2" && cd "$2" && pwd)
+export PYTHONUNBUFFERED=1
+export CLOCKALIGN_CACHE=${CLOCKALIGN_CACHE:-/tmp/clockalign-cache}
+log() { echo "== $* ($(date -u +%T))"; }
+B=.bundle/clockalign-bcc-bundle.tar.xz
+[ -f "$B" ] || B=../.bundle/clockalign-bcc-bundle.tar.xz
+scripts/install_bundle.sh "$B" > "$out/install.txt" 2>&1 || { cat "$out/install.txt"; exit 1; }
+. /opt/clockalign-bcc/env.sh
+{ date -u +%FT%TZ; uname -a; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c 'import torch,sys; print(sys.version.split()[0], torch.__version__)'; gcc --version | head -1
+} > "$out/host.txt" 2>&1; cat "$out/host.txt"
+log build
+python3 - > "$out/build.txt" 2>&1 <<'PY'
+from clockalign.capture import cupti, gpuclock
+inst = cupti.find_cupti(); print("cupti:", inst)
+print("injection library:", cupti.build_injection(inst))
+print("native ping-pong:", gpuclock.native_loop(), gpuclock.native_note)
+PY
+cat "$out/build.txt"
+stamp() {  # stamp NAME SECONDS [record options...] -- [workload options...]
+    local name=$1 secs=$2; shift 2
+    local ropts=() wopts=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do ropts+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    wopts=("$@")
+    clockalign record --gpu-activity -o "$out/$name.ca" --quiet "${ropts[@]}" -- \
+        python3 scripts/gpu_stamp_workload.py --seconds "$secs" --out "$out/$name-stamps.npz" \
+        "${wopts[@]}" > "$out/$name-record.txt" 2>&1
+    echo "record rc=$?"; tail -3 "$out/$name-record.txt"
+    clockalign info "$out/$name.ca" > "$out/$name-info.txt" 2>&1
+}
+if [ "$stage" = smoke ]; then
+    log raw;       stamp raw 8
+    log converted; stamp conv 8 --gpu-activity-timestamps converted
+    python3 scripts/gpu_activity_check.py --run "$out/raw.ca" --stamps "$out/raw-stamps.npz" \
+        --out "$out/check-raw.json" 2>&1 | tail -25
+    clockalign dump "$out/raw.ca" 2>&1 | grep -m3 gpu_kernel
+    log probe
+    for loop in native python; do
+        CLOCKALIGN_PINGPONG=$loop clockalign record --no-cuda --duration 20 --gpu-clock-period 0.25 \
+            -o "$out/probe-$loop.ca" --quiet -- sleep 30 > "$out/probe-$loop.txt" 2>&1
+        clockalign align "$out/probe-$loop.ca" --json > "$out/probe-$loop.json" 2>&1
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(sys.argv[2], k, v.get('min_rtt_ns', v.get('summary',{}).get('min_rtt_ns')), v.get('halfwidth_ns') or v.get('summary',{}).get('halfwidth_ns')) for k,v in (d.get('domains') or d).items() if k.startswith('GPU')]" "$out/probe-$loop.json" $loop 2>&1 | head -3
+    done
+    log resnet
+    clockalign record --gpu-activity -o "$out/resnet.ca" --quiet -- \
+        python3 scripts/bench/resnet_loop.py --seconds 8 --log "$out/resnet.log" > "$out/resnet.txt" 2>&1
+    tail -3 "$out/resnet.txt"; clockalign info "$out/resnet.ca" 2>&1 | grep -iE "gpu_|notice|cupti|stopped" | head
+    rm -f "$out/resnet.ca"
+elif [ "$stage" = measure ]; then
+    log raw-ab;    stamp raw 20
+    python3 scripts/gpu_activity_check.py --run "$out/raw.ca" --stamps "$out/raw-stamps.npz" \
+        --out "$out/check-raw.json" 2>&1 | tail -20
+    log resnet-cost
+    timeout 150 python3 scripts/bench/gpu_activity_cost.py --seconds 8 --rounds 2 \
+        --out "$out/cost.json" > "$out/cost.txt" 2>&1; tail -12 "$out/cost.txt"
+    log conv-300   # (c) and the 5-minute alignment under load, native ping-pong
+    stamp conv 300 --gpu-activity-timestamps converted --gpu-clock-period 0.25 -- --matmul \
+        --per-sync 4 --gap-every 20
+    python3 scripts/gpu_activity_check.py --run "$out/conv.ca" --stamps "$out/conv-stamps.npz" \
+        --offsets "$out/check-raw.json" --out "$out/check-conv.json" --plot "$out/gpu-activity.png" \
+        2>&1 | tail -20
+    python3 scripts/extract_sandwiches.py "$out/conv.ca" "$out/align" > "$out/align-extract.txt" 2>&1
+    xz -T4 "$out/align/gpu0_sandwiches.csv"
+    log probe-cost
+    timeout 80 python3 scripts/probe_cost.py --seconds 60 --interval 5 --gpu-period 0.25 \
+        --out "$out/probe-cost" > "$out/probe-cost.txt" 2>&1; tail -4 "$out/probe-cost.txt"
+    rm -f "$out/probe-cost/probe_run.ca"
+fi
+log pack
+tar -C "$out" --exclude='*.ca' --exclude='conv-stamps.npz' -cJf "$out.tar.xz" . && ls -la "$out.tar.xz"
