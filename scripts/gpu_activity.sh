@@ -10,7 +10,8 @@
 #                                           # (d) ResNet-18 cost, probe cost
 # Needs root, the offline bundle (scripts/make_bundle.sh) at .bundle/ or ../.bundle/, and
 # python3 with torch, torchvision and cuda-bindings; results/gpu-activity.md is made from OUTDIR
-# by scripts/gpu_activity_results.py.
+# by scripts/gpu_activity_results.py.  KEEP_DIR=DIR copies each small result there as soon as it
+# is made (a device run returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=$1
@@ -18,6 +19,7 @@ out=$(mkdir -p "$2" && cd "$2" && pwd)
 export PYTHONUNBUFFERED=1
 export CLOCKALIGN_CACHE=${CLOCKALIGN_CACHE:-/tmp/clockalign-cache}
 log() { echo "== $* ($(date -u +%T))"; }
+keep() { [ -n "${KEEP_DIR:-}" ] && cp "$@" "$KEEP_DIR/" 2>/dev/null; return 0; }  # small results, as they come
 B=.bundle/clockalign-bcc-bundle.tar.xz
 [ -f "$B" ] || B=../.bundle/clockalign-bcc-bundle.tar.xz
 scripts/install_bundle.sh "$B" > "$out/install.txt" 2>&1 || { cat "$out/install.txt"; exit 1; }
@@ -39,22 +41,22 @@ stamp() {  # stamp NAME SECONDS [record options...] -- [workload options...]
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do ropts+=("$1"); shift; done
     [ $# -gt 0 ] && shift
     wopts=("$@")
-    clockalign record --gpu-activity -o "$out/$name.ca" --quiet "${ropts[@]}" -- \
+    timeout 400 clockalign record --gpu-activity -o "$out/$name.ca" --quiet "${ropts[@]}" -- \
         python3 scripts/gpu_stamp_workload.py --seconds "$secs" --out "$out/$name-stamps.npz" \
         "${wopts[@]}" > "$out/$name-record.txt" 2>&1
     echo "record rc=$?"; tail -3 "$out/$name-record.txt"
-    clockalign info "$out/$name.ca" > "$out/$name-info.txt" 2>&1
+    timeout 60 clockalign info "$out/$name.ca" > "$out/$name-info.txt" 2>&1
 }
 if [ "$stage" = smoke ]; then
-    log raw;       stamp raw 8
-    log converted; stamp conv 8 --gpu-activity-timestamps converted
+    log raw;       stamp raw 5
+    log converted; stamp conv 5 --gpu-activity-timestamps converted
     python3 scripts/gpu_activity_check.py --run "$out/raw.ca" --stamps "$out/raw-stamps.npz" \
         --out "$out/check-raw.json" 2>&1 | tail -25
     clockalign dump "$out/raw.ca" 2>&1 | grep -m3 gpu_kernel
     log probe
     for loop in native python; do
-        CLOCKALIGN_PINGPONG=$loop clockalign record --no-cuda --duration 20 --gpu-clock-period 0.25 \
-            -o "$out/probe-$loop.ca" --quiet -- sleep 30 > "$out/probe-$loop.txt" 2>&1
+        CLOCKALIGN_PINGPONG=$loop clockalign record --no-cuda --duration 12 --gpu-clock-period 0.25 \
+            -o "$out/probe-$loop.ca" --quiet -- sleep 20 > "$out/probe-$loop.txt" 2>&1
         clockalign align "$out/probe-$loop.ca" --json > "$out/probe-$loop.json" 2>&1
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(sys.argv[2], k, v.get('min_rtt_ns', v.get('summary',{}).get('min_rtt_ns')), v.get('halfwidth_ns') or v.get('summary',{}).get('halfwidth_ns')) for k,v in (d.get('domains') or d).items() if k.startswith('GPU')]" "$out/probe-$loop.json" $loop 2>&1 | head -3
     done
@@ -64,24 +66,28 @@ if [ "$stage" = smoke ]; then
     tail -3 "$out/resnet.txt"; clockalign info "$out/resnet.ca" 2>&1 | grep -iE "gpu_|notice|cupti|stopped" | head
     rm -f "$out/resnet.ca"
 elif [ "$stage" = measure ]; then
-    log raw-ab;    stamp raw 20
-    python3 scripts/gpu_activity_check.py --run "$out/raw.ca" --stamps "$out/raw-stamps.npz" \
-        --out "$out/check-raw.json" 2>&1 | tail -20
+    # 5-minute recording under load (bf16 matmuls + self-stamping kernels), raw timestamps:
+    # (a), (b) and the alignment rerun; torch.profiler's converted times for (c) from a second
+    # process of self-stamping kernels while the GPU clock is probed; then (d)
+    log long
+    ( sleep 30; timeout 150 python3 scripts/gpu_kineto_stamps.py --seconds 70 \
+        --out "$out/kineto.npz" > "$out/kineto.txt" 2>&1 ) &
+    kin=$!
+    stamp long 295 --duration 305 --gpu-clock-period 0.25 -- --matmul --per-sync 4 --round-sleep-ms 2 \
+        --gap-every 25
+    wait $kin; tail -2 "$out/kineto.txt"; keep "$out/kineto.txt"; cat "$out/long-info.txt"
+    timeout 60 clockalign align "$out/long.ca" --json > "$out/align.json" 2>&1; keep "$out/align.json"
+    timeout 120 python3 scripts/gpu_activity_check.py --run "$out/long.ca" \
+        --stamps "$out/long-stamps.npz" --kineto "$out/kineto.npz" --out "$out/check-long.json" \
+        --plot "$out/gpu-activity.png" > "$out/check-long.txt" 2>&1; tail -40 "$out/check-long.txt"
+    keep "$out/check-long.json" "$out/gpu-activity.png"
+    timeout 60 python3 scripts/extract_sandwiches.py "$out/long.ca" "$out/align" > "$out/align-extract.txt" 2>&1
+    xz -T4 "$out/align/gpu0_sandwiches.csv"; keep "$out/align/gpu0_sandwiches.csv.xz"
     log resnet-cost
-    timeout 150 python3 scripts/bench/gpu_activity_cost.py --seconds 8 --rounds 2 \
-        --out "$out/cost.json" > "$out/cost.txt" 2>&1; tail -12 "$out/cost.txt"
-    log conv-300   # (c) and the 5-minute alignment under load, native ping-pong
-    stamp conv 300 --gpu-activity-timestamps converted --gpu-clock-period 0.25 -- --matmul \
-        --per-sync 4 --gap-every 20
-    python3 scripts/gpu_activity_check.py --run "$out/conv.ca" --stamps "$out/conv-stamps.npz" \
-        --offsets "$out/check-raw.json" --out "$out/check-conv.json" --plot "$out/gpu-activity.png" \
-        2>&1 | tail -20
-    python3 scripts/extract_sandwiches.py "$out/conv.ca" "$out/align" > "$out/align-extract.txt" 2>&1
-    xz -T4 "$out/align/gpu0_sandwiches.csv"
-    log probe-cost
-    timeout 80 python3 scripts/probe_cost.py --seconds 60 --interval 5 --gpu-period 0.25 \
-        --out "$out/probe-cost" > "$out/probe-cost.txt" 2>&1; tail -4 "$out/probe-cost.txt"
-    rm -f "$out/probe-cost/probe_run.ca"
+    timeout 120 python3 scripts/bench/gpu_activity_cost.py --seconds 5 --rounds 1 \
+        --configs plain,+gpu-activity,torch.profiler --out "$out/cost.json" > "$out/cost.txt" 2>&1
+    tail -12 "$out/cost.txt"; keep "$out/cost.json"
 fi
+[ -n "${KEEP_DIR:-}" ] && exit 0
 log pack
 tar -C "$out" --exclude='*.ca' --exclude='conv-stamps.npz' -cJf "$out.tar.xz" . && ls -la "$out.tar.xz"

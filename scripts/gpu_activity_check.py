@@ -57,6 +57,59 @@ def containment(rows, cuda, unc_ok=True) -> dict:
     return out
 
 
+def kineto_check(tl, acts, path, res, plot) -> dict:
+    """(c): CUPTI's converted kernel start (torch.profiler) against clockalign's mapping of
+    the same kernel's own start stamp plus the raw start offset of (a)."""
+    z = np.load(path)
+    st = z["stamps"].astype(np.int64)
+    kin = z["kineto_start_ns"].astype(np.float64)
+    marks = z["marks"]
+    n = min(len(st), len(kin))
+    st, kin = st[:n], kin[:n]
+    off = res["a_raw_start_minus_stamp_ns"]["p50"]
+    dom = next((d for d in acts.domains.values() if d), "GPU0")
+    mono_k, unc = tl.map(dom, st[:, 0] + int(round(off)))
+    # Kineto's clock -> MONOTONIC through the marks (bracket midpoints, interpolated)
+    km, m0, m1 = marks[:, 0], marks[:, 1], marks[:, 2]
+    mid_off = (m0 + (m1 - m0) / 2) - km
+    conv = kin + np.interp(kin, km, mid_off)
+    diff = conv - mono_k
+    secs = (mono_k - mono_k.min()) / 1e9
+    out = {"kernels": int(n), "marks": int(len(marks)),
+           "mark_bracket_ns": dist((m1 - m0).astype(np.int64)),
+           "converted_minus_clockalign_ns": dist(np.round(diff).astype(np.int64)),
+           "clockalign_unc_ns": dist(unc),
+           "outside_clockalign_unc_plus_mark_bracket": int(
+               (np.abs(diff - np.median(diff)) > unc + np.max(m1 - m0) / 2).sum()),
+           "span_s": float(secs.max()) if n else 0.0}
+    if n > 10:
+        out["drift_ns_per_s"] = float(np.polyfit(secs, diff, 1)[0])
+        d0 = diff - np.median(diff)
+        out["converted_minus_clockalign_minus_median_ns"] = dist(np.round(d0).astype(np.int64))
+    if plot and n:
+        import matplotlib
+        matplotlib.use("Agg")
+        from matplotlib.figure import Figure
+        fig = Figure(figsize=(9, 4.5))
+        ax = fig.add_subplot(111)
+        step = max(1, n // 20000)
+        med = float(np.median(diff))
+        ax.plot(secs[::step], (diff[::step] - med) / 1e3, ",", color="tab:red",
+                label=f"CUPTI converted start (torch.profiler) - clockalign mapping, "
+                      f"less its median {med / 1e3:+.1f} µs")
+        ax.fill_between(secs[::step], -unc[::step] / 1e3, unc[::step] / 1e3, color="tab:blue",
+                        alpha=0.3, label="clockalign's stated uncertainty (±)")
+        ax.axhline(0, color="k", lw=0.5)
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("µs")
+        ax.set_title(f"{n} self-stamping kernels on an H200: CUPTI's conversion vs "
+                     "clockalign's bounded mapping of %globaltimer", fontsize=9)
+        ax.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(plot, dpi=110)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", required=True)
@@ -64,19 +117,23 @@ def main():
     ap.add_argument("--offsets", help="check-raw.json of a raw run: its median start offset")
     ap.add_argument("--out", required=True)
     ap.add_argument("--plot")
+    ap.add_argument("--kineto", help="npz of scripts/gpu_kineto_stamps.py run during RUN: (c) "
+                    "with CUPTI's converted times through torch.profiler")
     a = ap.parse_args()
     tl = Timeline.open(a.run)
     acts = tl.gpu_activity()
     st = np.load(a.stamps)["stamps"].astype(np.int64)
     rows = acts.rows
-    is_stamp = np.array([acts.name(r) == KERNEL for r in rows], dtype=bool) if len(rows) else \
-        np.zeros(0, bool)
+    is_stamp = np.zeros(len(rows), dtype=bool)
+    for (pid, space, nid), name in acts.names.items():
+        if space == 1 and name == KERNEL:
+            is_stamp |= (rows["pid"] == pid) & (rows["name"] == nid)
     k = rows[is_stamp & (rows["kind"] == GpuKind.KERNEL)]
     k = k[np.argsort(k["gpu_start"], kind="stable")]
     n = min(len(k), len(st))
     res = {"run": os.path.basename(a.run), "stamp_kernels": int(len(st)),
            "cupti_stamp_kernels": int(len(k)), "activity_stats": acts.stats,
-           "notes": acts.notes + tl.notes,
+           "notes": tl.notes,
            "counts": {kk: int(v) for kk, v in (tl.reader.trailer or {}).get("counts", {}).items()
                       if kk.startswith("gpu")},
            "drops": (tl.reader.trailer or {}).get("drops")}
@@ -131,6 +188,8 @@ def main():
             ax.legend(loc="best", fontsize=8)
             fig.tight_layout()
             fig.savefig(a.plot, dpi=110)
+    if a.kineto and raw:
+        res["c_kineto"] = kineto_check(tl, acts, a.kineto, res, a.plot)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1, default=str)
     print(json.dumps(res, indent=1, default=str))

@@ -61,6 +61,41 @@ def matmul_load(stop):
         torch.cuda.synchronize()
 
 
+class Stamper:
+    """The self-stamping kernel loaded in the current process's primary context on GPU 0."""
+
+    def __init__(self, n_max, spin_ns):
+        cu = self.cu = driver()
+        init_driver()
+        dev = _check(cu.cuDeviceGet(0), "cuDeviceGet")
+        ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        _check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        self._src = ctypes.create_string_buffer(PTX.encode())
+        mod = _check(cu.cuModuleLoadData(ctypes.addressof(self._src)), "cuModuleLoadData")
+        self.fn = _check(cu.cuModuleGetFunction(mod, b"ca_selfstamp"), "cuModuleGetFunction")
+        self.stream = _check(cu.cuStreamCreate(0), "cuStreamCreate")
+        self.n_max = n_max
+        self.out = int(_check(cu.cuMemAlloc(n_max * 16), "cuMemAlloc"))
+        self._p = [np.array([self.out], dtype=np.uint64), np.zeros(1, dtype=np.uint32),
+                   np.array([spin_ns], dtype=np.uint64)]
+        self.params = np.array([p.ctypes.data for p in self._p], dtype=np.uint64)
+        self.n = 0
+
+    def launch(self):
+        self._p[1][0] = self.n
+        _check(self.cu.cuLaunchKernel(self.fn, 1, 1, 1, 1, 1, 1, 0, self.stream,
+                                      self.params.ctypes.data, 0), "cuLaunchKernel")
+        self.n += 1
+
+    def sync(self):
+        _check(self.cu.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+    def stamps(self):
+        host = np.zeros((self.n, 2), dtype=np.uint64)
+        _check(self.cu.cuMemcpyDtoH(host.ctypes.data, self.out, self.n * 16), "cuMemcpyDtoH")
+        return host
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=10)
@@ -69,6 +104,8 @@ def main():
     ap.add_argument("--gap-every", type=int, default=50)
     ap.add_argument("--gap-ms", type=float, default=2.0)
     ap.add_argument("--max-kernels", type=int, default=400000)
+    ap.add_argument("--round-sleep-ms", type=float, default=0.0,
+                    help="sleep after every round (caps the kernel rate of long runs)")
     ap.add_argument("--matmul", action="store_true")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -77,38 +114,24 @@ def main():
     if a.matmul:
         load = threading.Thread(target=matmul_load, args=(stop,), daemon=True)
         load.start()
-    cu = driver()
-    init_driver()
-    dev = _check(cu.cuDeviceGet(0), "cuDeviceGet")
-    ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-    _check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-    src = ctypes.create_string_buffer(PTX.encode())
-    mod = _check(cu.cuModuleLoadData(ctypes.addressof(src)), "cuModuleLoadData")
-    fn = _check(cu.cuModuleGetFunction(mod, b"ca_selfstamp"), "cuModuleGetFunction")
-    stream = _check(cu.cuStreamCreate(0), "cuStreamCreate")
-    n_max = a.max_kernels
-    out = int(_check(cu.cuMemAlloc(n_max * 16), "cuMemAlloc"))
+    st = Stamper(a.max_kernels, a.spin_ns)
+    cu = st.cu
     scratch = int(_check(cu.cuMemAlloc(1 << 16), "cuMemAlloc"))
-    p_out = np.array([out], dtype=np.uint64)
-    p_i = np.zeros(1, dtype=np.uint32)
-    p_spin = np.array([a.spin_ns], dtype=np.uint64)
-    params = np.array([p_out.ctypes.data, p_i.ctypes.data, p_spin.ctypes.data], dtype=np.uint64)
     rng = random.Random(23)
-    i = rounds = 0
+    rounds = 0
     t_end = time.monotonic() + a.seconds
-    while time.monotonic() < t_end and i + a.per_sync <= n_max:
+    while time.monotonic() < t_end and st.n + a.per_sync <= st.n_max:
         for _ in range(a.per_sync):
-            p_i[0] = i
-            _check(cu.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, params.ctypes.data, 0),
-                   "cuLaunchKernel")
-            i += 1
-        _check(cu.cuMemsetD8Async(scratch, rounds & 0xFF, 1 << 16, stream), "cuMemsetD8Async")
-        _check(cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+            st.launch()
+        _check(cu.cuMemsetD8Async(scratch, rounds & 0xFF, 1 << 16, st.stream), "cuMemsetD8Async")
+        st.sync()
         rounds += 1
+        if a.round_sleep_ms:
+            time.sleep(a.round_sleep_ms / 1e3)
         if a.gap_every and rounds % a.gap_every == 0:
             time.sleep(rng.uniform(0, a.gap_ms) / 1e3)
-    host = np.zeros((i, 2), dtype=np.uint64)
-    _check(cu.cuMemcpyDtoH(host.ctypes.data, out, i * 16), "cuMemcpyDtoH")
+    host = st.stamps()
+    i = st.n
     stop.set()
     if load:
         load.join(5)

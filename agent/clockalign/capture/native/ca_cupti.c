@@ -408,25 +408,53 @@ static void flush_all(uint32_t flag)
     pthread_mutex_unlock(&lock);
 }
 
+/* The flusher must be out of CUPTI before the process exits: at exit, libcupti's own
+ * destructors (registered when it was loaded, so run after at_exit) would otherwise race
+ * with a flush in progress. */
+static pthread_t flusher_thread;
+static int flusher_running, flusher_stop;
+static pthread_mutex_t flusher_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t flusher_cv = PTHREAD_COND_INITIALIZER;
+
 static void *flusher(void *arg)
 {
-    struct timespec ts = {0, FLUSH_NS};
     unsigned n = 0;
     (void)arg;
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
-    while (!dead) {
-        nanosleep(&ts, NULL);
+    pthread_mutex_lock(&flusher_mu);
+    while (!flusher_stop && !dead) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += FLUSH_NS;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&flusher_cv, &flusher_mu, &until);
+        if (flusher_stop)
+            break;
+        pthread_mutex_unlock(&flusher_mu);
         if (++n % CLOCK_EVERY == 0)
             clock_record();
         flush_all(0);
+        pthread_mutex_lock(&flusher_mu);
     }
+    pthread_mutex_unlock(&flusher_mu);
     return NULL;
 }
 
 static void at_exit(void)
 {
+    if (flusher_running) {
+        pthread_mutex_lock(&flusher_mu);
+        flusher_stop = 1;
+        pthread_cond_signal(&flusher_cv);
+        pthread_mutex_unlock(&flusher_mu);
+        pthread_join(flusher_thread, NULL);
+        flusher_running = 0;
+    }
     if (dead)
         return;
     clock_record();
@@ -545,12 +573,7 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     }
     put(&info);
     clock_record();
-    pthread_t t;
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_create(&t, &a, flusher, NULL);
-    pthread_attr_destroy(&a);
+    flusher_running = pthread_create(&flusher_thread, NULL, flusher, NULL) == 0;
     atexit(at_exit);
     return 1;
 }

@@ -1,0 +1,199 @@
+/*
+ * A stand-in libcupti for testing the injection library (native/ca_cupti.c) with no GPU:
+ * the same entry points, compiled against the real CUPTI headers (so record layouts
+ * match), driven by fake_run(n) which plays n kernel launches (+ one memcpy and one memset):
+ * driver-API callbacks at entry/exit on the calling thread, then activity records handed
+ * over at the next cuptiActivityFlushAll.  -DNO_RAW leaves out
+ * cuptiActivityEnableRawTimestamps, as an old libcupti would.
+ */
+#pragma GCC visibility push(default)   /* built with -fvisibility=hidden */
+#include <cupti.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if CUPTI_API_VERSION >= 130000
+typedef CUpti_ActivityKernel10 k_t;
+typedef CUpti_ActivityMemcpy6 c_t;
+#else
+typedef CUpti_ActivityKernel9 k_t;
+typedef CUpti_ActivityMemcpy5 c_t;
+#endif
+typedef CUpti_ActivityMemset4 s_t;
+
+static CUpti_BuffersCallbackRequestFunc req;
+static CUpti_BuffersCallbackCompleteFunc done;
+static CUpti_CallbackFunc cb;
+static int enabled[1024];
+static int raw;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char *pend;
+static size_t pend_len, pend_cap;
+static const char *names[] = {"k_fake0", "k_fake1", "k_fake2"};
+
+#define CB_LAUNCH 13
+#define CB_COPY 20
+#define CB_MEMSET 21
+#define CB_SYNC 30
+
+CUptiResult cuptiActivityEnable(CUpti_ActivityKind k) { (void)k; return CUPTI_SUCCESS; }
+CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc r,
+                                           CUpti_BuffersCallbackCompleteFunc d)
+{
+    req = r;
+    done = d;
+    return CUPTI_SUCCESS;
+}
+CUptiResult cuptiActivityGetNextRecord(uint8_t *buf, size_t valid, CUpti_Activity **rec)
+{
+    uint8_t *p = *rec ? (uint8_t *)*rec : buf;
+    if (*rec) {
+        CUpti_ActivityKind k = (*rec)->kind;
+        p += k == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ? sizeof(k_t)
+           : k == CUPTI_ACTIVITY_KIND_MEMCPY ? sizeof(c_t) : sizeof(s_t);
+    }
+    if ((size_t)(p - buf) >= valid)
+        return CUPTI_ERROR_MAX_LIMIT_REACHED;
+    *rec = (CUpti_Activity *)p;
+    return CUPTI_SUCCESS;
+}
+CUptiResult cuptiActivityFlushAll(uint32_t flag)
+{
+    (void)flag;
+    pthread_mutex_lock(&mu);
+    if (!pend_len) {
+        pthread_mutex_unlock(&mu);
+        return CUPTI_SUCCESS;
+    }
+    uint8_t *b;
+    size_t size, maxr;
+    req(&b, &size, &maxr);
+    size_t n = pend_len < size ? pend_len : size;
+    memcpy(b, pend, n);
+    pend_len = 0;
+    pthread_mutex_unlock(&mu);
+    done(NULL, 0, b, size, n);
+    return CUPTI_SUCCESS;
+}
+CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext c, uint32_t s, size_t *d)
+{
+    (void)c; (void)s;
+    *d = 0;
+    return CUPTI_SUCCESS;
+}
+#ifndef NO_RAW
+CUptiResult cuptiActivityEnableRawTimestamps(uint8_t on) { raw = on; return CUPTI_SUCCESS; }
+#endif
+CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *h, CUpti_CallbackFunc f, void *u)
+{
+    (void)u;
+    *h = (CUpti_SubscriberHandle)1;
+    cb = f;
+    return CUPTI_SUCCESS;
+}
+CUptiResult cuptiEnableCallback(uint32_t on, CUpti_SubscriberHandle h, CUpti_CallbackDomain d,
+                                CUpti_CallbackId id)
+{
+    (void)h;
+    if (d == CUPTI_CB_DOMAIN_DRIVER_API && id < 1024)
+        enabled[id] = on;
+    return CUPTI_SUCCESS;
+}
+CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain d, uint32_t id, const char **name)
+{
+    (void)d;
+    *name = id == CB_LAUNCH ? "cuLaunchKernel" : id == CB_COPY ? "cuMemcpyHtoD_v2"
+          : id == CB_MEMSET ? "cuMemsetD8Async" : id == CB_SYNC ? "cuCtxSynchronize" : "cuOther";
+    return CUPTI_SUCCESS;
+}
+static uint64_t now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+CUptiResult cuptiGetTimestamp(uint64_t *t) { *t = now() + 5000000; return CUPTI_SUCCESS; }
+CUptiResult cuptiGetDeviceId(CUcontext c, uint32_t *id) { (void)c; *id = 0; return CUPTI_SUCCESS; }
+CUptiResult cuptiGetVersion(uint32_t *v) { *v = CUPTI_API_VERSION; return CUPTI_SUCCESS; }
+CUptiResult cuptiGetResultString(CUptiResult r, const char **s) { (void)r; *s = "fake"; return CUPTI_SUCCESS; }
+
+static void queue(const void *rec, size_t len)
+{
+    pthread_mutex_lock(&mu);
+    if (pend_len + len > pend_cap) {
+        pend_cap = (pend_cap + len) * 2;
+        pend = realloc(pend, pend_cap);
+    }
+    memcpy(pend + pend_len, rec, len);
+    pend_len += len;
+    pthread_mutex_unlock(&mu);
+}
+
+static void call(uint32_t cbid, uint32_t corr)
+{
+    CUpti_CallbackData d;
+    CUresult ret = CUDA_SUCCESS;
+    memset(&d, 0, sizeof(d));
+    d.correlationId = corr;
+    d.functionName = cbid == CB_LAUNCH ? "cuLaunchKernel" : cbid == CB_COPY ? "cuMemcpyHtoD_v2"
+                   : "cuMemsetD8Async";
+    d.functionReturnValue = &ret;
+    if (!enabled[cbid])
+        return;
+    d.callbackSite = CUPTI_API_ENTER;
+    cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &d);
+    d.callbackSite = CUPTI_API_EXIT;
+    cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &d);
+}
+
+/* n launches, one copy, one memset; returns 1 if the sync callback was (wrongly) enabled */
+int fake_run(int n)
+{
+    CUpti_ResourceData rd;
+    memset(&rd, 0, sizeof(rd));
+    rd.context = (CUcontext)1;
+    cb(NULL, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED, &rd);
+    uint64_t t = 1000000;
+    for (int i = 0; i < n; i++) {
+        call(CB_LAUNCH, (uint32_t)i + 1);
+        k_t k;
+        memset(&k, 0, sizeof(k));
+        k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+        k.start = t;
+        k.end = t + 1000 + (uint64_t)i;
+        k.deviceId = 0;
+        k.streamId = 7;
+        k.correlationId = (uint32_t)i + 1;
+        k.gridX = 2 + i; k.gridY = 1; k.gridZ = 1;
+        k.blockX = 128; k.blockY = 1; k.blockZ = 1;
+        k.staticSharedMemory = 16; k.dynamicSharedMemory = 32;
+        k.name = names[i % 3];
+        queue(&k, sizeof(k));
+        t += 2000;
+    }
+    call(CB_COPY, (uint32_t)n + 1);
+    c_t c;
+    memset(&c, 0, sizeof(c));
+    c.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+    c.copyKind = 1;
+    c.bytes = 4096;
+    c.start = t;
+    c.end = t + 500;
+    c.streamId = 7;
+    c.correlationId = (uint32_t)n + 1;
+    queue(&c, sizeof(c));
+    call(CB_MEMSET, (uint32_t)n + 2);
+    s_t s;
+    memset(&s, 0, sizeof(s));
+    s.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+    s.bytes = 65536;
+    s.value = 7;
+    s.start = t + 600;
+    s.end = t + 700;
+    s.streamId = 7;
+    s.correlationId = (uint32_t)n + 2;
+    queue(&s, sizeof(s));
+    return enabled[CB_SYNC];
+}
+
+int fake_raw(void) { return raw; }
