@@ -24,7 +24,9 @@ Examples:
               show_default=True, help="Native Perfetto protobuf, or Chrome JSON.")
 def command(file, output, fmt):
     """Write FILE as a trace: CUDA calls, off-CPU intervals (preempted vs blocked),
-    connect() calls, GPU counters and faults with flows to what followed them, all on
+    connect() calls, GPU counters and faults with flows to what followed them, GPU kernels,
+    copies and memsets of a --gpu-activity run (Perfetto only: one track per GPU stream, a
+    flow from each launch call), all on
     CLOCK_MONOTONIC, with a clock snapshot so the trace merges with a Perfetto system trace.
     Streams: memory stays bounded whatever the run's size.  Exits 3 when FILE is
     truncated (what was kept is still exported)."""
@@ -34,6 +36,9 @@ def command(file, output, fmt):
                           lambda **kw: export_run(tl, out, fmt, **kw))
     n = sum(stats["events"].values())
     click.echo(f"wrote {out}: {n:,} events on {stats['tracks']} tracks, {stats['faults']} faults, "
-               f"{stats['counters']:,} counter samples ({stats['bytes'] / 1e6:.1f} MB, {fmt})")
+               f"{stats['counters']:,} counter samples"
+               + (f", {stats['gpu_activity']:,} GPU executions ({stats['gpu_flows']:,} with a flow "
+                  "from their launch)" if stats.get("gpu_activity") else "")
+               + f" ({stats['bytes'] / 1e6:.1f} MB, {fmt})")
     if tl.truncated:
         raise TruncatedRun(f"{file} is {tl.truncated}; the trace holds what was kept")

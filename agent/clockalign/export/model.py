@@ -50,7 +50,8 @@ ANN_NAMES = sorted({a for _, args in CUDA_FUNCTIONS.values() for a in args if a}
     "result", "unc_ns", "peer", "fd", "state", "wakeup_to_run_ns", "cpu_out", "cpu_in",
     "tid", "parent_tid", "comm", "group_dead", "exit_code", "sender_pid", "sender_comm",
     "code", "dev", "msg", "pid", "signal_result", "running_ns",
-    "kind", "sources", "message", "gpu", "recovery_ns", "sightings", "step"})
+    "kind", "sources", "message", "gpu", "recovery_ns", "sightings", "step",
+    "correlation", "end_unc_ns"})
 ANN = {a: i for i, a in enumerate(ANN_NAMES)}
 assert len(ANN_NAMES) < 64    # chrome_json packs a slot's name and type into 9 bits
 
@@ -243,6 +244,16 @@ class Tracks:
             proc = self.process(pid)
             t = self._add(key, kind="stream", name=name, pid=pid, parent=proc,
                           json_pid=pid, json_tid=self._pseudo_id())
+        return t
+
+    def gpu_stream(self, gpu: int, pid: int, stream: int) -> Track:
+        """Executions (record --gpu-activity) of one CUDA stream of process pid on GPU gpu."""
+        key = ("gpu_stream", gpu, pid, stream)
+        t = self.by_key.get(key)
+        if t is None:
+            g = self.gpu(gpu)
+            t = self._add(key, kind="gpu_stream", name=f"GPU {gpu} stream {stream} (pid {pid})",
+                          pid=pid, parent=g, json_pid=g.json_pid, json_tid=self._pseudo_id())
         return t
 
     def faults(self, pid: int = None, gpu: int = None) -> Track:
@@ -438,6 +449,7 @@ class TraceModel:
         self.kernel_names = {}
         self._chain = None
         self.flow_hits = []           # (fault index, step, Track, t_ns, terminating)
+        self.gpu_flows = None         # export/gpu_tracks.LaunchFlows: launch -> execution
 
     # --- fault chains, matched to the events they name while streaming
     def set_chains(self, faults):
@@ -689,6 +701,8 @@ class TraceModel:
                 self._instants(k, rows, sub, name, cat, slots)
         cat[copy] = CAT["stream"]
         flows = self._match_chains(start, tid, track, kind, skip=copy)
+        if self.gpu_flows is not None:
+            self.gpu_flows.match(start, tid, kind, copy, flows)
         return Batch(n=n, start=start, end=end, slice=is_slice, track=track, cat=cat,
                      name=name, slots=slots, kind=kind, tid=tid, flows=flows)
 

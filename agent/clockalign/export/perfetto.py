@@ -29,6 +29,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 from ..store.counter_fields import FIELDS
 from . import varbytes as vb
 from .clocks import clock_snapshot
+from .gpu_tracks import LaunchFlows, write_gpu_activity
 from .model import (ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR, V_UINT,
                     TraceModel, stream)
 
@@ -324,6 +325,9 @@ def write_perfetto(tl, f, progress=None, batch_rows=None) -> dict:
     model = TraceModel(tl, **({"batch_rows": batch_rows} if batch_rows else {}))
     faults = tl.faults()
     model.set_chains(faults)
+    acts = tl.gpu_activity()
+    if len(acts):
+        model.gpu_flows = LaunchFlows(acts)
     w = PerfettoWriter(f, model)
     snap = clock_snapshot(tl)
     w.packet(TracePacket(trusted_packet_sequence_id=model.tracks.clock_seq,
@@ -336,6 +340,8 @@ def write_perfetto(tl, f, progress=None, batch_rows=None) -> dict:
             rows = cnt[cnt["gpu"] == g]
             w.counters(int(g), rows[np.argsort(rows["t_ns"], kind="stable")])
     w.faults(faults, model.unmatched_steps())
+    gpu_n = write_gpu_activity(w, acts, model.gpu_flows) if len(acts) else 0
     return {"events": dict(model.counts), "packets": w.packets, "bytes": w.bytes,
-            "tracks": len(model.tracks.all), "faults": len(faults),
+            "tracks": len(model.tracks.all), "faults": len(faults), "gpu_activity": gpu_n,
+            "gpu_flows": int(model.gpu_flows.matched.sum()) if model.gpu_flows else 0,
             "counters": 0 if cnt is None else len(cnt), "clock_snapshot": snap.describe()}

@@ -7,7 +7,8 @@
     rep.files                        # report.md, report.json, *.png
 
 Sections: alignment (per clock domain: band, residuals, skew, steps, uncertainty budget),
-CUDA calls, context-switch jitter (off-CPU time inside CUDA calls, preemptions, wakeup
+CUDA calls, GPU activity (busy/idle per stream, launch-to-start, idle gaps while the launching
+thread was off-CPU), context-switch jitter (off-CPU time inside CUDA calls, preemptions, wakeup
 latency, a heatmap), connect() per peer, GPU counters with faults marked, faults with their
 chains, and the signals that left their normal band before each fault.
 """
@@ -22,10 +23,11 @@ from . import analysis, anomaly, figures
 from ..store.meta import target_label
 from ..store.writer import open_private
 from .collect import collect
+from .gpu_activity import gpu_section
 from .render import Table, fmt_count, fmt_ns, fmt_pct, fmt_t, fmt_z
 
-SECTIONS = ["Run", "Alignment", "CUDA calls", "CUDA work", "Context-switch jitter", "connect()",
-            "GPU counters", "Faults", "Anomalies before faults"]
+SECTIONS = ["Run", "Alignment", "CUDA calls", "CUDA work", "GPU activity", "Context-switch jitter",
+            "connect()", "GPU counters", "Faults", "Anomalies before faults"]
 
 
 @dataclasses.dataclass
@@ -181,6 +183,12 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
         section("CUDA work", "\n\n".join(txt), "\n\n".join(mdx) + "\n")
     else:
         section("CUDA work", "  none recorded", "No CUDA calls were recorded.\n")
+
+    # ---- GPU activity (record --gpu-activity): report/gpu_activity.py
+    gsec = gpu_section(tl.gpu_activity(), data.sched)
+    if gsec:
+        nums["gpu_activity"] = gsec["numbers"]
+        section("GPU activity", gsec["text"], gsec["markdown"])
 
     # ---- jitter
     inside = analysis.offcpu_in_calls(data.cuda, data.sched)

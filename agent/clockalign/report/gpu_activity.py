@@ -1,0 +1,196 @@
+"""The report's GPU activity section (record --gpu-activity): what the GPU ran, per stream,
+and the joint view of one timeline: GPU idle gaps while the thread that launched the next
+work was off-CPU (preempted or blocked).
+
+- busy/idle per stream: the union of its executions against its span (first start to
+  last end);
+- launch-to-start: an execution's start minus its launching call's entry (BPF), i.e. the
+  launch overhead plus the time queued behind earlier work;
+- kernel durations: percentiles, and the kernels with the most GPU time;
+- idle gaps: between one stream's busy intervals; each is charged with the off-CPU time of
+  the thread that launched the work after it, inside [gap start, min(gap end, that launch
+  call's entry)]: the GPU waited while that thread was not running.
+
+    sec = gpu_section(tl.gpu_activity(), data.sched)   # None without GPU activity
+    sec["numbers"], sec["text"], sec["markdown"]
+"""
+import numpy as np
+
+from ..store.schema import GpuKind
+from .analysis import pct
+from .render import Table, fmt_count, fmt_ns, fmt_pct
+
+
+def union_intervals(start, end):
+    """Sorted, merged [start, end) intervals of the given ones (int64 arrays)."""
+    if not len(start):
+        return start, end
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], np.maximum.accumulate(end[o])
+    new = np.r_[True, s[1:] > e[:-1]]
+    idx = np.flatnonzero(new)
+    ends = np.r_[e[idx[1:] - 1], e[-1]]
+    return s[idx], ends
+
+
+def off_cpu_within(t0, t1, s, d):
+    """Per window [t0[i], t1[i]]: time covered by the intervals [s, s + d) of one thread
+    (non-overlapping, sorted by s)."""
+    if not len(s):
+        return np.zeros(len(t0), dtype=np.int64)
+    e = s + d
+    cum = np.r_[0, np.cumsum(d)]
+
+    def before(t):          # off-CPU time before t
+        j = np.searchsorted(s, t, side="right") - 1
+        jj = np.maximum(j, 0)
+        part = np.where(j >= 0, np.minimum(t, e[jj]) - s[jj], 0)
+        return np.where(j >= 0, cum[jj] + np.maximum(part, 0), 0)
+    return np.maximum(before(t1) - before(t0), 0)
+
+
+def stream_table(rows) -> list:
+    out = []
+    keys = np.stack([rows["gpu"].astype(np.int64), rows["pid"].astype(np.int64),
+                     rows["stream"].astype(np.int64)], axis=1)
+    for g, p, s in np.unique(keys, axis=0).tolist():
+        m = (keys[:, 0] == g) & (keys[:, 1] == p) & (keys[:, 2] == s)
+        r = rows[m]
+        us, ue = union_intervals(r["t_ns"], r["end_ns"])
+        span = int(r["end_ns"].max() - r["t_ns"].min())
+        busy = int((ue - us).sum())
+        out.append({"gpu": g, "pid": p, "stream": s, "executions": int(m.sum()),
+                    "kernels": int((r["kind"] == GpuKind.KERNEL).sum()),
+                    "copies": int((r["kind"] == GpuKind.MEMCPY).sum()),
+                    "memsets": int((r["kind"] == GpuKind.MEMSET).sum()),
+                    "span_ns": span, "busy_ns": busy, "idle_ns": span - busy,
+                    "busy_share": busy / span if span > 0 else None})
+    return out
+
+
+def idle_gaps(rows, sched) -> dict:
+    """Every idle gap of every stream, charged with its next work's launcher's off-CPU time."""
+    gaps = []
+    keys = np.stack([rows["gpu"].astype(np.int64), rows["pid"].astype(np.int64),
+                     rows["stream"].astype(np.int64)], axis=1)
+    for g, p, s in np.unique(keys, axis=0).tolist():
+        r = rows[(keys[:, 0] == g) & (keys[:, 1] == p) & (keys[:, 2] == s)]
+        r = r[np.argsort(r["t_ns"], kind="stable")]
+        reach = np.maximum.accumulate(r["end_ns"])
+        gap = np.flatnonzero(r["t_ns"][1:] > reach[:-1])
+        for k in gap.tolist():
+            nxt = r[k + 1]
+            gaps.append((g, p, s, int(reach[k]), int(nxt["t_ns"]), int(nxt["launch_tid"]),
+                         int(nxt["launch_t_ns"]) if nxt["launch_src"] else -1))
+    if not gaps:
+        return {"gaps": 0, "idle_ns": 0, "with_offcpu": 0, "offcpu_ns": 0, "preempted_ns": 0,
+                "blocked_ns": 0, "top": []}
+    a = np.array(gaps, dtype=np.int64)
+    g0, g1, tid, launch = a[:, 3], a[:, 4], a[:, 5], a[:, 6]
+    w1 = np.where(launch >= 0, np.minimum(g1, launch), g1)
+    pre = np.zeros(len(a), dtype=np.int64)
+    blk = np.zeros(len(a), dtype=np.int64)
+    st, sd, stid, spre = (np.asarray(sched.get(k, []), dtype=np.int64) for k in
+                          ("t", "dur", "tid", "pre"))
+    for t in np.unique(tid[launch >= 0]).tolist():
+        m = (tid == t) & (launch >= 0)
+        for flag, out in ((1, pre), (0, blk)):
+            sel = (stid == t) & (spre == flag)
+            o = np.argsort(st[sel], kind="stable")
+            out[m] = off_cpu_within(g0[m], w1[m], st[sel][o], sd[sel][o])
+    off = pre + blk
+    idx = np.argsort(-off, kind="stable")[:10]
+    top = [{"gpu": int(a[i, 0]), "pid": int(a[i, 1]), "stream": int(a[i, 2]),
+            "start_ns": int(g0[i]), "idle_ns": int(g1[i] - g0[i]), "tid": int(tid[i]),
+            "preempted_ns": int(pre[i]), "blocked_ns": int(blk[i])}
+           for i in idx.tolist() if off[i] > 0]
+    return {"gaps": int(len(a)), "idle_ns": int((g1 - g0).sum()),
+            "with_offcpu": int((off > 0).sum()), "offcpu_ns": int(off.sum()),
+            "preempted_ns": int(pre.sum()), "blocked_ns": int(blk.sum()),
+            "idle_in_gaps_with_offcpu_ns": int((g1 - g0)[off > 0].sum()), "top": top}
+
+
+def kernel_table(acts, rows, k=15) -> list:
+    kr = rows[rows["kind"] == GpuKind.KERNEL]
+    if not len(kr):
+        return []
+    dur = kr["end_ns"] - kr["t_ns"]
+    key = (kr["pid"].astype(np.int64) << 32) | kr["name"].astype(np.int64)
+    uniq, inv = np.unique(key, return_inverse=True)
+    tot = np.bincount(inv, weights=dur.astype(np.float64))
+    out = []
+    for j in np.argsort(-tot)[:k].tolist():
+        m = inv == j
+        d = dur[m]
+        out.append({"kernel": acts.name(kr[np.flatnonzero(m)[0]]), "count": int(m.sum()),
+                    "total_ns": int(d.sum()), "p50_ns": pct(d, 50), "p99_ns": pct(d, 99),
+                    "max_ns": int(d.max())})
+    return out
+
+
+def gpu_section(acts, sched):
+    """{"numbers", "text", "markdown"} of the GPU activity section, or None."""
+    rows = acts.rows
+    if not len(rows):
+        return None
+    raw = rows["raw"]
+    nums = {"stats": acts.stats, "streams": stream_table(rows)}
+    kr = rows[(rows["kind"] == GpuKind.KERNEL)]
+    kd = kr["end_ns"] - kr["t_ns"]
+    nums["kernel_duration_ns"] = {"n": int(len(kd)), **{f"p{q}": pct(kd, q)
+                                                        for q in (50, 90, 99, 99.9)},
+                                  "max": int(kd.max()) if len(kd) else None}
+    q = rows[(rows["launch_src"] == 1) & raw]
+    qd = q["t_ns"] - q["launch_t_ns"]
+    nums["launch_to_start_ns"] = {"n": int(len(qd)), **{f"p{x}": pct(qd, x)
+                                                        for x in (50, 90, 99)},
+                                  "max": int(qd.max()) if len(qd) else None,
+                                  "negative": int((qd < 0).sum())}
+    nums["kernels"] = kernel_table(acts, rows)
+    gaps = idle_gaps(rows, sched)
+    nums["idle_gaps"] = gaps
+    unc = rows["unc_ns"][raw]
+    nums["unc_ns"] = {"p50": pct(unc, 50), "p99": pct(unc, 99), "max": int(unc.max())
+                      if len(unc) else None, "converted": int((~raw).sum())}
+
+    st = Table(["gpu", "pid", "stream", "kernels", "copies", "memsets", "busy", "idle",
+                "busy share"])
+    for r in nums["streams"]:
+        st.add([r["gpu"], r["pid"], r["stream"], fmt_count(r["kernels"]), fmt_count(r["copies"]),
+                fmt_count(r["memsets"]), fmt_ns(r["busy_ns"]), fmt_ns(r["idle_ns"]),
+                fmt_pct(r["busy_share"]) if r["busy_share"] is not None else "-"])
+    kd_, ls = nums["kernel_duration_ns"], nums["launch_to_start_ns"]
+    summary = (f"{fmt_count(len(rows))} GPU executions ({fmt_count(acts.stats.get('gpu_kernel', 0))}"
+               f" kernels, {fmt_count(acts.stats.get('gpu_copy', 0))} copies, "
+               f"{fmt_count(acts.stats.get('gpu_memset', 0))} memsets); mapped from the GPU clock "
+               f"with uncertainty p50 {fmt_ns(nums['unc_ns']['p50'])}, p99 "
+               f"{fmt_ns(nums['unc_ns']['p99'])}"
+               + (f"; {fmt_count(nums['unc_ns']['converted'])} with CUPTI's converted times "
+                  "(no bound)" if nums["unc_ns"]["converted"] else "") + "\n"
+               f"kernel duration p50 {fmt_ns(kd_['p50'])}, p99 {fmt_ns(kd_['p99'])}, max "
+               f"{fmt_ns(kd_['max'])}; launch entry to start p50 {fmt_ns(ls['p50'])}, p99 "
+               f"{fmt_ns(ls['p99'])}, max {fmt_ns(ls['max'])} ({fmt_count(ls['n'])} launches "
+               "joined to their BPF call)\n"
+               f"idle gaps: {fmt_count(gaps['gaps'])}, {fmt_ns(gaps['idle_ns'])} in all; "
+               f"{fmt_count(gaps['with_offcpu'])} of them while the thread that launched the next "
+               f"work was off-CPU: {fmt_ns(gaps['offcpu_ns'])} off-CPU "
+               f"({fmt_ns(gaps['preempted_ns'])} preempted, {fmt_ns(gaps['blocked_ns'])} "
+               f"blocked) inside {fmt_ns(gaps.get('idle_in_gaps_with_offcpu_ns', 0))} of idle GPU")
+    kt = Table(["kernel", "count", "GPU time", "p50", "p99", "max"])
+    for r in nums["kernels"]:
+        name = r["kernel"] if len(r["kernel"]) <= 60 else r["kernel"][:57] + "..."
+        kt.add([name, fmt_count(r["count"]), fmt_ns(r["total_ns"]), fmt_ns(r["p50_ns"]),
+                fmt_ns(r["p99_ns"]), fmt_ns(r["max_ns"])])
+    gt = Table(["gpu/stream", "thread", "idle", "preempted", "blocked"])
+    for r in gaps["top"]:
+        gt.add([f"{r['gpu']}/{r['stream']}", r["tid"], fmt_ns(r["idle_ns"]),
+                fmt_ns(r["preempted_ns"]), fmt_ns(r["blocked_ns"])])
+    notes = "".join(f"\n{n}\n" for n in acts.notes)
+    text = ("  " + summary.replace("\n", "\n  ") + "\n\n" + st.text()
+            + ("\n\n  idle gaps with the launching thread off-CPU (largest first):\n" + gt.text()
+               if len(gt) else ""))
+    md = (summary.replace("\n", "\n\n") + "\n\nPer stream:\n\n" + st.markdown()
+          + "\nKernels by GPU time:\n\n" + kt.markdown()
+          + ("\nIdle gaps while the launching thread was off-CPU (largest first):\n\n"
+             + gt.markdown() if len(gt) else "") + notes)
+    return {"numbers": nums, "text": text, "markdown": md}
