@@ -119,7 +119,7 @@ def make_gpu_run(path, rounds=40, per_round=4, through_wire=True):
     recs.append(_rec(GpuKind.DROPPED, pid=PID, value=3, start=t))
     ev = np.concatenate(evs)
     rec = np.concatenate(recs)
-    names = [(PID, 1, 1, "ca_selfstamp"), (PID, 1, 2, "void gemm<128>(float*)" + "x" * 5000),
+    names = [(PID, 1, 1, "ca_selfstamp"), (PID, 1, 2, "void gemm<128>(float*)" + "_" * 4100),
              (PID, 2, CB_API, "cuLaunchKernel"), (PID, 2, CB_API + 1, "cuMemsetD8Async"),
              (PID2, 1, 1, "conv_kernel"), (PID2, 2, CB_API, "cuLaunchKernel")]
     if through_wire:      # the bytes the C library would write, parsed as the recorder does

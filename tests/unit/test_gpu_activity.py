@@ -1,0 +1,168 @@
+"""GPU activity of a run (record --gpu-activity) on the timeline, in dump, the Perfetto trace
+and the report, checked against the known truth of tests/unit/gpu_runs.py."""
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+from . import gpu_runs as g
+from clockalign.cli.main import cli
+from clockalign.report import build_report
+from clockalign.store import cuda_api
+from clockalign.store.schema import GpuKind, Kind
+from clockalign.timeline import Timeline
+from clockalign.timeline.gpu_activity import (CUPTI_STAMP_UNC_NS, LAUNCH_BPF, LAUNCH_CUPTI,
+                                              _join_bpf, waiting_syncs)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gpu") / "gpu.ca"
+    truth = g.make_gpu_run(path)
+    return path, truth
+
+
+def test_raw_times_map_within_their_uncertainty(run):
+    path, truth = run
+    acts = Timeline.open(path).gpu_activity()
+    r = acts.rows
+    k = r[(r["pid"] == g.PID) & (r["kind"] == GpuKind.KERNEL)]
+    k = k[np.argsort(k["corr"])]
+    assert len(k) == len(truth["kernels"]) == 160
+    assert (k["corr"] == truth["kernels"][:, 2]).all()
+    err0 = np.abs(k["t_ns"] - truth["kernels"][:, 0])
+    err1 = np.abs(k["end_ns"] - truth["kernels"][:, 1])
+    assert (err0 <= k["unc_ns"]).all() and (err1 <= k["end_unc_ns"]).all()
+    # band + tick + CUPTI's stamping offset, and no more than a few hundred ns beyond
+    assert (k["unc_ns"] >= 32 + CUPTI_STAMP_UNC_NS["start"]).all()
+    assert (k["unc_ns"] < 900 + 32 + CUPTI_STAMP_UNC_NS["start"] + 400).all()
+    step = CUPTI_STAMP_UNC_NS["end"] - CUPTI_STAMP_UNC_NS["start"]
+    assert (np.abs(k["end_unc_ns"] - k["unc_ns"] - step) <= 4).all()   # the band ~ the same
+    assert k["raw"].all() and (k["gpu"] == 0).all()
+    assert acts.domains[(g.PID, 0)] == "GPU0"          # by the device UUID
+
+
+def test_converted_times_go_through_the_cupti_clock_with_no_bound(run):
+    path, truth = run
+    acts = Timeline.open(path).gpu_activity()
+    c = acts.rows[acts.rows["pid"] == g.PID2]
+    c = c[np.argsort(c["corr"])]
+    assert len(c) == 10 and not c["raw"].any()
+    assert (c["t_ns"] == truth["conv_truth"]).all()
+    assert (c["unc_ns"] == -1).all()
+    assert any("converted" in n and "no stated bound" in n for n in acts.notes)
+
+
+def test_each_execution_is_joined_to_the_bpf_call_that_launched_it(run):
+    path, truth = run
+    tl = Timeline.open(path)
+    acts = tl.gpu_activity()
+    r = acts.rows[acts.rows["pid"] == g.PID]
+    assert (r["launch_src"] == LAUNCH_BPF).all() and (r["launch_tid"] == g.TID).all()
+    cuda = truth["events"][truth["events"]["kind"] == Kind.CUDA]
+    launches = cuda[cuda["code"] != cuda_api.ids("sync")[0]]
+    launches = launches[np.argsort(launches["ts"])]
+    r = r[np.argsort(r["corr"])]
+    assert (r["launch_t_ns"] == launches["ts"].astype(np.int64)).all()
+    names = {acts.launch_function(x) for x in r}
+    assert names == {"cuLaunchKernel", "cuMemsetD8Async"}
+    # no BPF events for PID2: the CUPTI callback's own stamp
+    r2 = acts.rows[acts.rows["pid"] == g.PID2]
+    assert (r2["launch_src"] == LAUNCH_CUPTI).all() and (r2["launch_tid"] == g.TID2).all()
+    assert acts.stats["joined_bpf"] == 200 and acts.stats["cupti_dropped"] == 3
+
+
+def test_join_picks_the_call_of_that_thread_that_holds_the_callback():
+    from clockalign.timeline.events import TIMELINE_DTYPE
+    cuda = np.zeros(4, dtype=TIMELINE_DTYPE)
+    cuda["tid"] = [1, 2, 1, 1]
+    cuda["t_ns"] = [100, 150, 300, 500]
+    cuda["dur_ns"] = [100, 200, 50, 10]
+    got = _join_bpf(np.array([1, 1, 2, 1, 3]), np.array([110, 310, 160, 400, 110]),
+                    np.array([190, 340, 340, 410, 120]), cuda)
+    assert got.tolist() == [0, 2, 1, -1, -1]       # 400..410 falls between two calls
+
+
+def test_every_kernel_inside_its_launch_and_the_sync_that_waited(run):
+    path, _ = run
+    tl = Timeline.open(path)
+    r = tl.gpu_activity().rows
+    r = r[r["pid"] == g.PID]
+    syncs = waiting_syncs(r, tl.events(kinds=["cuda"]), cuda_api.ids("sync"))
+    assert (syncs > 0).all()
+    assert (r["t_ns"] >= r["launch_t_ns"]).all() and (r["end_ns"] <= syncs).all()
+
+
+def test_dump_writes_gpu_lines(run):
+    path, truth = run
+    res = CliRunner().invoke(cli, ["dump", str(path)])
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
+    gpu = [d for d in lines if d["kind"].startswith("gpu_")]
+    assert len(gpu) == 210
+    k = next(d for d in gpu if d["kind"] == "gpu_kernel" and d["pid"] == g.PID)
+    assert set(k) >= {"t_ns", "end_ns", "unc_ns", "device", "stream", "name", "grid", "block",
+                      "launch"}
+    assert k["grid"] == [2, 1, 1] and k["block"] == [128, 1, 1] and k["timestamps"] == "raw"
+    assert k["launch"]["tid"] == g.TID and k["launch"]["source"] == "bpf"
+    m = next(d for d in gpu if d["kind"] == "gpu_memset")
+    assert m["bytes"] == 65536 and m["value"] == 7
+    c = next(d for d in gpu if d["pid"] == g.PID2)
+    assert c["unc_ns"] is None and c["timestamps"] == "converted"
+    assert any(len(d["name"]) > 4096 for d in gpu)      # a name sent in two packets
+
+
+def test_perfetto_has_stream_tracks_and_flows_from_launches(run, tmp_path):
+    path, _ = run
+    out = tmp_path / "g.pftrace"
+    res = CliRunner().invoke(cli, ["export", str(path), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "210 GPU executions (200 with a flow" in res.output
+    t = Trace()
+    t.ParseFromString(out.read_bytes())
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in t.packet
+              if p.HasField("track_descriptor")}
+    gpu_tracks = {u for u, d in tracks.items() if d.name.startswith("GPU 0 stream")}
+    assert {tracks[u].name for u in gpu_tracks} == {"GPU 0 stream 13 (pid 4242)",
+                                                    "GPU 0 stream 7 (pid 5151)"}
+    begins = [p for p in t.packet if p.HasField("track_event")
+              and p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN
+              and p.track_event.track_uuid in gpu_tracks]
+    assert len(begins) == 210
+    starts = {f for p in t.packet if p.HasField("track_event") for f in p.track_event.flow_ids}
+    ends = {f for p in begins for f in p.track_event.terminating_flow_ids}
+    assert len(ends) == 200 and ends <= starts
+    by_seq = {}
+    for p in t.packet:
+        if p.HasField("track_event") and p.track_event.track_uuid in gpu_tracks:
+            by_seq.setdefault(p.trusted_packet_sequence_id, []).append(p.timestamp)
+    assert all(ts == sorted(ts) for ts in by_seq.values())
+
+
+def test_report_section_counts_idle_gaps_while_the_launcher_was_off_cpu(run, tmp_path):
+    path, truth = run
+    rep = build_report(Timeline.open(path), tmp_path / "rep")
+    n = rep.numbers["gpu_activity"]
+    gaps = n["idle_gaps"]
+    blocked = [x for x in truth["gaps"] if x[2] == "blocked"]
+    preempted = [x for x in truth["gaps"] if x[2] == "preempted"]
+    assert gaps["with_offcpu"] == len(truth["gaps"]) == 11
+    assert gaps["blocked_ns"] == sum(b - a for a, b, _ in blocked)
+    assert gaps["preempted_ns"] == sum(b - a for a, b, _ in preempted)
+    s = next(x for x in n["streams"] if x["pid"] == g.PID)
+    assert s["kernels"] == 160 and s["memsets"] == 40
+    assert 0 < s["busy_share"] < 1 and s["busy_ns"] + s["idle_ns"] == s["span_ns"]
+    assert n["launch_to_start_ns"]["negative"] == 0 and n["launch_to_start_ns"]["p50"] >= 8000
+    assert "GPU activity" in rep.text and "Idle gaps while the launching thread" in rep.markdown
+
+
+def test_a_run_without_gpu_activity_has_no_section(tmp_path):
+    from clockalign.export.synthetic import make_run
+    p = tmp_path / "plain.ca"
+    make_run(str(p), n_events=2000, duration_s=2)
+    tl = Timeline.open(p)
+    assert len(tl.gpu_activity()) == 0
+    rep = build_report(tl, tmp_path / "rep")
+    assert "gpu_activity" not in rep.numbers
