@@ -139,8 +139,8 @@ class GpuActivity(threading.Thread):
                 d = recs["kind"] == GpuKind.DROPPED
                 st["cupti_dropped"] += int(recs["value"][d].sum())
                 for rec in recs[recs["kind"] == GpuKind.INFO]:
-                    st["raw"][int(rec["pid"])] = GPU_RAW_STATES.get(int(rec["aux"]), "?")
-                    st["cupti_version"][int(rec["pid"])] = int(rec["value"])
+                    st["raw"][str(int(rec["pid"]))] = GPU_RAW_STATES.get(int(rec["aux"]), "?")
+                    st["cupti_version"][str(int(rec["pid"]))] = int(rec["value"])
         return recs
 
     def _write(self, recs):

@@ -1,0 +1,69 @@
+"""The native ping-pong host loop (capture/native/ca_pingpong.c) against a host thread that
+answers the way the probe kernel does (RESP_VAL, then RESP_SEQ), so it runs with no GPU."""
+import ctypes
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from clockalign.capture import gpuclock
+from clockalign.capture.gpuclock import EXIT, REQ, RESP_SEQ, RESP_VAL
+
+
+@pytest.fixture
+def loop():
+    f = gpuclock.native_loop()
+    if f is None:
+        pytest.skip(f"native loop not built: {gpuclock.native_note}")
+    return f
+
+
+def _burst(f, buf, n, timeout_ns=200_000_000, base=0):
+    t0, rem, t1 = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    why = ctypes.c_int(-1)
+    k = f(buf.ctypes.data, base, n, timeout_ns, t0.ctypes.data, rem.ctypes.data, t1.ctypes.data,
+          ctypes.byref(why))
+    return k, why.value, t0[:k], rem[:k], t1[:k]
+
+
+def test_sandwiches_from_a_responder(loop):
+    buf = np.zeros(4096 // 8, dtype=np.uint64)
+    w = buf.view(np.uint64)
+    stop = threading.Event()
+
+    def responder():
+        last = 0
+        while not stop.is_set():
+            r = int(w[REQ // 8])
+            if r != last:
+                w[RESP_VAL // 8] = time.monotonic_ns()     # the "remote clock": MONOTONIC
+                w[RESP_SEQ // 8] = r
+                last = r
+    th = threading.Thread(target=responder, daemon=True)
+    th.start()
+    try:
+        k, why, t0, rem, t1 = _burst(loop, buf, 23)
+    finally:
+        stop.set()
+        th.join()
+    assert k == 23 and why == 0
+    assert (t0 <= rem).all() and (rem <= t1).all()          # causal sandwiches
+    assert (np.diff(t0) > 0).all()
+
+
+def test_no_answer_times_out_and_a_kernel_exit_is_told_apart(loop):
+    buf = np.zeros(4096 // 8, dtype=np.uint64)
+    start = time.monotonic()
+    k, why, *_ = _burst(loop, buf, 5, timeout_ns=20_000_000)
+    assert k == 0 and why == 2 and time.monotonic() - start < 2
+    buf[EXIT // 8] = 3 | (7 << 8)                            # the kernel ended (idle timeout)
+    k, why, *_ = _burst(loop, buf, 5)
+    assert k == 0 and why == 1
+
+
+def test_python_loop_when_asked(monkeypatch):
+    monkeypatch.setattr(gpuclock, "_native", None)
+    monkeypatch.setenv("CLOCKALIGN_PINGPONG", "python")
+    assert gpuclock.native_loop() is None and "CLOCKALIGN_PINGPONG" in gpuclock.native_note
+    monkeypatch.setattr(gpuclock, "_native", None)
