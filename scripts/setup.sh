@@ -77,5 +77,18 @@ if [ ! -x .venv-mlserver/bin/mlserver ] || ! .venv-mlserver/bin/python -c "impor
     say "created .venv-mlserver (MLServer $(.venv-mlserver/bin/python -c 'import mlserver; print(mlserver.__version__)'))"
 fi
 # --- end inject
+# --- gpu-activity (issue 14): CUPTI + cuda.h headers to build the injection library against
+# (and the stand-in libcupti of the tests); the wheels also carry a libcupti.  Pinned to
+# CUDA 13.0, the H200 driver's CUDA version; a host with a CUDA toolkit finds its own CUPTI.
+cupti_stamp=".venv/.clockalign-cupti-13.0"
+if [ ! -f "$cupti_stamp" ]; then
+    if .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps \
+            "nvidia-cuda-cupti==13.0.85" "nvidia-cuda-runtime==13.0.96" "nvidia-cuda-crt==13.0.88"; then
+        touch "$cupti_stamp"
+    else
+        say "could not install the CUPTI headers (nvidia-cuda-cupti): --gpu-activity will look for a CUDA toolkit"
+    fi
+fi
+# --- end gpu-activity
 ln -sfn "$ROOT/.venv/bin/clockalign" /usr/local/bin/clockalign
 say "ready: $(.venv/bin/clockalign --version) at /usr/local/bin/clockalign (sudo clockalign ... works)"
