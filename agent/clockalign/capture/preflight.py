@@ -173,6 +173,18 @@ def check_gpu_clock() -> Check:
                  required=False)
 
 
+def check_cupti() -> Check:
+    """CUPTI for record --gpu-activity: found, and the injection library builds against it."""
+    from .cupti import build_injection, find_cupti
+    try:
+        inst = find_cupti()
+        build_injection(inst)
+    except ClockalignError as e:
+        return Check("CUPTI (--gpu-activity)", False, str(e), required=False)
+    return Check("CUPTI (--gpu-activity)", True, f"{inst.lib} ({inst.where}); injection "
+                 "library built", required=False)
+
+
 def _check_steps(pid=None, libcuda=None, needs_cuda=True, full=True):
     """Checks in order, as callables, so `require` stops at the first failure."""
     steps = [check_architecture, check_privileges, check_tracefs, check_bcc, check_headers,
@@ -180,7 +192,7 @@ def _check_steps(pid=None, libcuda=None, needs_cuda=True, full=True):
     if needs_cuda:
         steps += [check_uprobes, lambda: check_libcuda(pid, libcuda, required=False)]
     if full:
-        steps += [check_counters, check_gpus, check_gpu_clock]
+        steps += [check_counters, check_gpus, check_gpu_clock, check_cupti]
     return steps
 
 

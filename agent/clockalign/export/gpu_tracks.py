@@ -12,15 +12,11 @@ here, after.
     write_gpu_activity(writer, acts)
 """
 import numpy as np
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
 
 from ..store.schema import GpuKind, Kind, unpack_dims
-from .model import ANN_NAMES, CATEGORIES
+from .model import BATCH_ROWS, CAT, V_INT, V_STR, V_UINT, Batch, Slots
 
 FLOW_BASE = 0xCB00_0000_0000_0000
-NEEDS = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
-_ANN = {a: i + 1 for i, a in enumerate(ANN_NAMES)}
-_CAT = CATEGORIES.index("gpu") + 1
 
 
 def flow_id(row_index: int) -> int:
@@ -54,24 +50,14 @@ class LaunchFlows:
                     flows.setdefault(int(r), ([], []))[0].append(flow_id(i))
 
 
-def _dims(packed) -> list:
-    x, y, z = unpack_dims(packed)
-    return [f"{a}x{b}x{c}" for a, b, c in zip(x.tolist(), y.tolist(), z.tolist())]
+def _dims_str(packed) -> str:
+    x, y, z = (int(v[0]) for v in unpack_dims(np.array([packed], dtype=np.uint64)))
+    return f"{x}x{y}x{z}"
 
 
-def _ann(ev, name, value):
-    a = ev.debug_annotations.add()
-    a.name_iid = _ANN[name]
-    if isinstance(value, str):
-        a.string_value = value
-    elif value < 0:
-        a.int_value = value
-    else:
-        a.uint_value = value
-
-
-def write_gpu_activity(w, acts, flows: LaunchFlows = None) -> int:
-    """The GPU slices of ``acts`` on their stream tracks; returns how many were written."""
+def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BATCH_ROWS) -> int:
+    """The GPU slices of ``acts`` on their stream tracks, through the writer's bulk path
+    (PerfettoWriter.prepare/encode, as the BPF events); returns how many were written."""
     r = acts.rows
     if not len(r):
         return 0
@@ -87,37 +73,43 @@ def write_gpu_activity(w, acts, flows: LaunchFlows = None) -> int:
     end = np.maximum(r["end_ns"].astype(np.int64), start)
     order = np.argsort(start, kind="stable")
     track = model.lanes.assign(base, start, end, order)
-    w.declare(tr.take_new())
     sid = model.strings.ids_of(_names(acts, r))
-    seq = tr.seq_lut[track]
-    empty = np.zeros(0, np.int64)
-    w.intern(seq, sid, empty, empty)
-    grid, block = _dims(r["grid"]), _dims(r["block"])
-    for i in order.tolist():
-        t = tr.all[int(track[i])]
-        x = r[i]
-        ev = TrackEvent(type=TrackEvent.TYPE_SLICE_BEGIN, track_uuid=t.uuid,
-                        name_iid=int(sid[i]) + 1, category_iids=[_CAT])
-        raw = bool(x["raw"])
-        _ann(ev, "unc_ns", int(x["unc_ns"]) if raw else -1)
-        _ann(ev, "end_unc_ns", int(x["end_unc_ns"]) if raw else -1)
-        if int(x["kind"]) == GpuKind.KERNEL:
-            _ann(ev, "grid", grid[i])
-            _ann(ev, "block", block[i])
-            _ann(ev, "shared_mem", int(x["shmem"]))
-        else:
-            _ann(ev, "bytes", int(x["bytes"]))
-        _ann(ev, "stream", int(x["stream"]))
-        _ann(ev, "correlation", int(x["corr"]))
-        if int(x["launch_src"]):
-            _ann(ev, "tid", int(x["launch_tid"]))
-        if flows is not None and flows.matched[i]:
-            ev.terminating_flow_ids.append(flow_id(i))
-        w.packet(TracePacket(timestamp=int(start[i]), trusted_packet_sequence_id=t.seq,
-                             sequence_flags=NEEDS, track_event=ev))
-        w.packet(TracePacket(timestamp=int(end[i]), trusted_packet_sequence_id=t.seq,
-                             sequence_flags=NEEDS, track_event=TrackEvent(
-                                 type=TrackEvent.TYPE_SLICE_END, track_uuid=t.uuid)))
+    kernel = r["kind"] == GpuKind.KERNEL
+    memset = r["kind"] == GpuKind.MEMSET
+    raw = r["raw"]
+    grid_sid = model.strings.ids_of([_dims_str(v) for v in np.unique(r["grid"]).tolist()])
+    block_sid = model.strings.ids_of([_dims_str(v) for v in np.unique(r["block"]).tolist()])
+    grid_ix = np.searchsorted(np.unique(r["grid"]), r["grid"])
+    block_ix = np.searchsorted(np.unique(r["block"]), r["block"])
+    for a in range(0, len(r), batch_rows):
+        rows = order[a:a + batch_rows]
+        n = len(rows)
+        sl = Slots(n)
+        j = np.arange(n)
+        k, ms = kernel[rows], memset[rows]
+        sl.put(0, j, "unc_ns", V_INT, np.where(raw[rows], r["unc_ns"][rows], -1))
+        sl.put(1, j, "end_unc_ns", V_INT, np.where(raw[rows], r["end_unc_ns"][rows], -1))
+        sl.put(2, j[k], "grid", V_STR, grid_sid[grid_ix[rows][k]])
+        sl.put(3, j[k], "block", V_STR, block_sid[block_ix[rows][k]])
+        sl.put(2, j[~k], "bytes", V_UINT, r["bytes"][rows][~k])
+        sl.put(3, j[ms], "value", V_UINT, r["aux"][rows][ms])
+        sl.put(4, j, "stream", V_UINT, r["stream"][rows])
+        sl.put(5, j, "correlation", V_UINT, r["corr"][rows])
+        launched = r["launch_src"][rows] != 0
+        sl.put(6, j[launched], "tid", V_UINT, r["launch_tid"][rows][launched])
+        fl = {}
+        if flows is not None:
+            for i in np.flatnonzero(flows.matched[rows]).tolist():
+                fl[i] = ([], [flow_id(int(rows[i]))])
+        b = Batch(n=n, start=start[rows], end=end[rows], slice=np.ones(n, dtype=bool),
+                  track=track[rows], cat=np.full(n, CAT["gpu"], dtype=np.int64),
+                  name=sid[rows], slots=sl, kind=r["kind"][rows].astype(np.int64),
+                  tid=r["launch_tid"][rows], flows=fl)
+        ctx = w.prepare(b)
+        blob = w.encode(b, ctx)
+        w.f.write(blob)
+        w.bytes += len(blob)
+        w.count(b)
     return len(r)
 
 
