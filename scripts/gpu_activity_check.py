@@ -57,6 +57,26 @@ def containment(rows, cuda, unc_ok=True) -> dict:
     return out
 
 
+def _plot(path, secs, diff, unc, label, title):
+    """Differences (ns) over time against clockalign's stated uncertainty (±unc), as PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(9, 4.5))
+    ax = fig.add_subplot(111)
+    step = max(1, len(secs) // 20000)
+    ax.plot(secs[::step], diff[::step] / 1e3, ",", color="tab:red", label=label)
+    ax.fill_between(secs[::step], -unc[::step] / 1e3, unc[::step] / 1e3, color="tab:blue",
+                    alpha=0.3, label="clockalign's stated uncertainty (±)")
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("µs")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def kineto_check(tl, acts, path, res, plot) -> dict:
     """(c): CUPTI's converted kernel start (torch.profiler) against clockalign's mapping of
     the same kernel's own start stamp plus the raw start offset of (a)."""
@@ -87,26 +107,12 @@ def kineto_check(tl, acts, path, res, plot) -> dict:
         d0 = diff - np.median(diff)
         out["converted_minus_clockalign_minus_median_ns"] = dist(np.round(d0).astype(np.int64))
     if plot and n:
-        import matplotlib
-        matplotlib.use("Agg")
-        from matplotlib.figure import Figure
-        fig = Figure(figsize=(9, 4.5))
-        ax = fig.add_subplot(111)
-        step = max(1, n // 20000)
         med = float(np.median(diff))
-        ax.plot(secs[::step], (diff[::step] - med) / 1e3, ",", color="tab:red",
-                label=f"CUPTI converted start (torch.profiler) - clockalign mapping, "
-                      f"less its median {med / 1e3:+.1f} µs")
-        ax.fill_between(secs[::step], -unc[::step] / 1e3, unc[::step] / 1e3, color="tab:blue",
-                        alpha=0.3, label="clockalign's stated uncertainty (±)")
-        ax.axhline(0, color="k", lw=0.5)
-        ax.set_xlabel("seconds")
-        ax.set_ylabel("µs")
-        ax.set_title(f"{n} self-stamping kernels on an H200: CUPTI's conversion vs "
-                     "clockalign's bounded mapping of %globaltimer", fontsize=9)
-        ax.legend(loc="best", fontsize=8)
-        fig.tight_layout()
-        fig.savefig(plot, dpi=110)
+        _plot(plot, secs, diff - med, unc,
+              f"CUPTI converted start (torch.profiler) - clockalign mapping, less its median "
+              f"{med / 1e3:+.1f} µs",
+              f"{n} self-stamping kernels on an H200: CUPTI's conversion vs clockalign's "
+              "bounded mapping of %globaltimer")
     return out
 
 
@@ -170,24 +176,9 @@ def main():
         res["c_outside_clockalign_unc"] = int((np.abs(diff) > u).sum())
         res["b_containment_converted"] = containment(k, cuda, unc_ok=False)
         if a.plot and n:
-            import matplotlib
-            matplotlib.use("Agg")
-            from matplotlib.figure import Figure
-            fig = Figure(figsize=(9, 4.5))
-            ax = fig.add_subplot(111)
-            step = max(1, n // 20000)
-            ax.plot(secs[::step], diff[::step] / 1e3, ",", color="tab:red",
-                    label="CUPTI converted start - clockalign mapping")
-            ax.fill_between(secs[::step], -u[::step] / 1e3, u[::step] / 1e3, color="tab:blue",
-                            alpha=0.3, label="clockalign's stated uncertainty (±)")
-            ax.axhline(0, color="k", lw=0.5)
-            ax.set_xlabel("seconds into the run")
-            ax.set_ylabel("µs")
-            ax.set_title(f"{n} self-stamping kernels: CUPTI's converted kernel start vs "
-                         "clockalign's mapping of %globaltimer", fontsize=9)
-            ax.legend(loc="best", fontsize=8)
-            fig.tight_layout()
-            fig.savefig(a.plot, dpi=110)
+            _plot(a.plot, secs, diff, u, "CUPTI converted start - clockalign mapping",
+                  f"{n} self-stamping kernels: CUPTI's converted kernel start vs clockalign's "
+                  "mapping of %globaltimer")
     if a.kineto and raw:
         res["c_kineto"] = kineto_check(tl, acts, a.kineto, res, a.plot)
     with open(a.out, "w") as f:

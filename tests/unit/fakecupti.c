@@ -146,6 +146,11 @@ static void call(uint32_t cbid, uint32_t corr)
     cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &d);
 }
 
+#define FAKE_TIMES(r, k, t0, t1, corr) do { \
+        (r).kind = (k); (r).start = (t0); (r).end = (t1); (r).streamId = 7; \
+        (r).correlationId = (uint32_t)(corr); \
+    } while (0)
+
 /* n launches, one copy, one memset; returns 1 if the sync callback was (wrongly) enabled */
 int fake_run(int n)
 {
@@ -174,24 +179,16 @@ int fake_run(int n)
     call(CB_COPY, (uint32_t)n + 1);
     c_t c;
     memset(&c, 0, sizeof(c));
-    c.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+    FAKE_TIMES(c, CUPTI_ACTIVITY_KIND_MEMCPY, t, t + 500, n + 1);
     c.copyKind = 1;
     c.bytes = 4096;
-    c.start = t;
-    c.end = t + 500;
-    c.streamId = 7;
-    c.correlationId = (uint32_t)n + 1;
     queue(&c, sizeof(c));
     call(CB_MEMSET, (uint32_t)n + 2);
     s_t s;
     memset(&s, 0, sizeof(s));
-    s.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+    FAKE_TIMES(s, CUPTI_ACTIVITY_KIND_MEMSET, t + 600, t + 700, n + 2);
     s.bytes = 65536;
     s.value = 7;
-    s.start = t + 600;
-    s.end = t + 700;
-    s.streamId = 7;
-    s.correlationId = (uint32_t)n + 2;
     queue(&s, sizeof(s));
     return enabled[CB_SYNC];
 }

@@ -246,6 +246,12 @@ static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *ma
     *max_records = 0;
 }
 
+/* The fields every activity record kind used here has, by the same names. */
+#define CA_COMMON(o, r) do { \
+        (o).start = (r)->start; (o).end = (r)->end; (o).corr = (r)->correlationId; \
+        (o).device = (r)->deviceId; (o).stream = (r)->streamId; (o).context = (r)->contextId; \
+    } while (0)
+
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                                       size_t size, size_t valid)
 {
@@ -260,38 +266,23 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
             rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
             const ca_kernel_t *k = (const ca_kernel_t *)rec;
             o.kind = CA_GK_KERNEL;
-            o.start = k->start;
-            o.end = k->end;
+            CA_COMMON(o, k);
             o.grid = dims(k->gridX, k->gridY, k->gridZ);
             o.block = dims(k->blockX, k->blockY, k->blockZ);
-            o.corr = k->correlationId;
-            o.device = k->deviceId;
-            o.stream = k->streamId;
-            o.context = k->contextId;
             o.shmem = (uint32_t)(k->staticSharedMemory + k->dynamicSharedMemory);
             o.name = intern_locked(k->name);
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const ca_memcpy_t *m = (const ca_memcpy_t *)rec;
             o.kind = CA_GK_MEMCPY;
-            o.start = m->start;
-            o.end = m->end;
+            CA_COMMON(o, m);
             o.value = m->bytes;
             o.aux = m->copyKind | (uint32_t)m->srcKind << 8 | (uint32_t)m->dstKind << 16;
-            o.corr = m->correlationId;
-            o.device = m->deviceId;
-            o.stream = m->streamId;
-            o.context = m->contextId;
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             const ca_memset_t *m = (const ca_memset_t *)rec;
             o.kind = CA_GK_MEMSET;
-            o.start = m->start;
-            o.end = m->end;
+            CA_COMMON(o, m);
             o.value = m->bytes;
             o.aux = m->value;
-            o.corr = m->correlationId;
-            o.device = m->deviceId;
-            o.stream = m->streamId;
-            o.context = m->contextId;
         } else {
             continue;
         }
