@@ -24,9 +24,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "agent"))
 from clockalign.store import cuda_api  # noqa: E402
-from clockalign.store.schema import GpuKind, Kind  # noqa: E402
+from clockalign.store.schema import GpuKind  # noqa: E402
 from clockalign.timeline import Timeline  # noqa: E402
-from clockalign.timeline.gpu_activity import waiting_syncs  # noqa: E402
+from clockalign.timeline.gpu_activity import cuda_calls, waiting_syncs  # noqa: E402
 
 KERNEL = "ca_selfstamp"
 
@@ -146,7 +146,7 @@ def main():
     k, st = k[:n], st[:n]
     raw = bool(n and k["raw"].all())
     res["timestamps"] = "raw" if raw else "converted"
-    cuda = tl.events(kinds=[Kind.CUDA])
+    cuda = cuda_calls(tl)
     if raw:
         d0 = k["gpu_start"].astype(np.int64) - st[:, 0]
         d1 = k["gpu_end"].astype(np.int64) - st[:, 1]
