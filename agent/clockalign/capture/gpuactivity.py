@@ -113,6 +113,7 @@ class GpuActivity(threading.Thread):
                     break
         except BaseException as e:      # reported by stop(); the recording goes on
             self._error = e
+            self.close()    # the targets' next write fails (EPIPE) instead of blocking
 
     def _read(self):
         """Records of one read (None when the FIFO is empty); names written as they complete."""
