@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from clockalign.capture.cupti import find_cupti
-from clockalign.capture.nativebuild import build
+from clockalign.native import build
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import Chunk, GpuKind
 
@@ -29,7 +29,7 @@ def fake_install(tmp_path_factory):
     (d / "lib").mkdir()
     os.symlink(real.include, d / "include")
     so = build("fakecupti", [str(UNIT / "fakecupti.c")],
-               include_dirs=[real.include, *real.extra_includes])
+               include_dirs=[real.include, *real.extra_includes], cflags=["-fvisibility=hidden"])
     shutil.copy(so, d / "lib" / "libcupti.so")
     return d
 

@@ -6,6 +6,7 @@
  * over at the next cuptiActivityFlushAll.  -DNO_RAW leaves out
  * cuptiActivityEnableRawTimestamps, as an old libcupti would.
  */
+#define _GNU_SOURCE
 #pragma GCC visibility push(default)   /* built with -fvisibility=hidden */
 #include <cupti.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-"""The CUPTI injection library (capture/native/ca_cupti.c) and its wire format, with no GPU.
+"""The CUPTI injection library (clockalign/native/ca_cupti.c) and its wire format, with no GPU.
 
 The library is built against the CUPTI headers of the nvidia-cuda-cupti wheel (installed
 by scripts/setup.sh) and driven through a stand-in libcupti (fakecupti.c, same headers):
@@ -18,7 +18,8 @@ import pytest
 from clockalign.capture import gpuwire
 from clockalign.capture.cupti import CuptiMissing, build_injection, find_cupti
 from clockalign.capture.gpuactivity import GpuActivity
-from clockalign.capture.nativebuild import SOURCE_DIR, build
+from clockalign.native import HERE as SOURCE_DIR
+from clockalign.native import build
 from clockalign.store.schema import GPU_REC_DTYPE, Chunk, GpuKind
 
 HERE = Path(__file__).parent
@@ -135,7 +136,7 @@ def _fake(no_raw=False):
     inst = _cupti()
     return build("fakecupti" + ("_noraw" if no_raw else ""), [str(HERE / "fakecupti.c")],
                  include_dirs=[inst.include, *inst.extra_includes],
-                 defines=["NO_RAW"] if no_raw else ())
+                 defines=["NO_RAW"] if no_raw else (), cflags=["-fvisibility=hidden"])
 
 
 def _run_child(act, fake, n, delay=0.0, close_after=None):

@@ -1,4 +1,4 @@
-"""The native ping-pong host loop (capture/native/ca_pingpong.c) against a host thread that
+"""The native ping-pong host loop (clockalign/native/ca_pingpong.c) against a host thread that
 answers the way the probe kernel does (RESP_VAL, then RESP_SEQ), so it runs with no GPU."""
 import ctypes
 import threading

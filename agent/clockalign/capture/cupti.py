@@ -17,7 +17,7 @@ import site
 import sys
 
 from ..errors import ClockalignError
-from .nativebuild import build
+from ..native import build
 
 SOURCES = ["ca_cupti.c"]
 
@@ -115,6 +115,11 @@ def find_cupti(env=None) -> Cupti:
 
 
 def build_injection(inst: Cupti) -> str:
-    """The injection library built against ``inst``'s headers (cached)."""
-    return build("ca_cupti", SOURCES, include_dirs=[inst.include, *inst.extra_includes],
-                 libs=["dl", "pthread"])
+    """The injection library built against ``inst``'s headers (cached); CuptiMissing with the
+    reason when it cannot be built."""
+    try:
+        return build("ca_cupti", SOURCES, include_dirs=[inst.include, *inst.extra_includes],
+                     libs=["dl", "pthread"], cflags=["-fvisibility=hidden"])
+    except OSError as e:
+        raise CuptiMissing(f"the CUPTI injection library cannot be built against {inst.where} "
+                           f"({e})") from None

@@ -19,7 +19,7 @@ Every sandwich is returned raw; the align stage picks and fits.
     method, t0, remote, t1 = clock.burst(64)
     clock.close()
 
-The ping-pong's host side is native/ca_pingpong.c (built with gcc at first use, called
+The ping-pong's host side is clockalign/native/ca_pingpong.c (built with gcc at first use, called
 through ctypes with the GIL released): its best round trip is shorter than the Python
 loop's, and the band half-width follows the best round trip.  Where it cannot be built the
 Python loop below is used and ``native_note`` says why; CLOCKALIGN_PINGPONG=python forces it.
@@ -72,13 +72,13 @@ def native_loop():
             _native = False
             native_note = "CLOCKALIGN_PINGPONG=python asks for the Python ping-pong loop"
             return None
-        try:
-            from .nativebuild import build
-            lib = ctypes.CDLL(build("ca_pingpong", ["ca_pingpong.c"]))
-        except (ClockalignError, OSError) as e:
+        from .. import native
+        lib = native.load("ca_pingpong")
+        if lib is None:
             _native = False
-            native_note = (f"the native ping-pong loop is not available ({e}); the Python loop "
-                           "is used, whose best round trip (and so the band) is wider")
+            native_note = (f"the native ping-pong loop is not available "
+                           f"({native.why_not('ca_pingpong')}); the Python loop is used, whose "
+                           "best round trip (and so the band) is wider")
             return None
         f = lib.ca_pingpong
         f.restype = ctypes.c_int

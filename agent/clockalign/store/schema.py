@@ -93,7 +93,7 @@ class Chunk(enum.IntEnum):
 
 
 class GpuKind(enum.IntEnum):
-    """``GPU_REC_DTYPE.kind`` (values mirror capture/native/ca_gpu_wire.h CA_GK_*)."""
+    """``GPU_REC_DTYPE.kind`` (values mirror native/ca_gpu_wire.h CA_GK_*)."""
 
     KERNEL = 1     # start/end on the GPU's clock (flags RAW) or CUPTI's (CONVERTED)
     MEMCPY = 2     # value=bytes, aux=copyKind | srcKind << 8 | dstKind << 16
@@ -112,7 +112,7 @@ GPU_RAW_STATES = {0: "raw GPU timestamps", 1: "libcupti does not export "
                   3: "converted timestamps asked for"}
 GPU_NAME_KERNEL, GPU_NAME_API = 1, 2
 
-# ca_gpu_rec, 80 bytes (capture/native/ca_gpu_wire.h); the GPU_ACTIVITY chunk's columns.
+# ca_gpu_rec, 80 bytes (native/ca_gpu_wire.h); the GPU_ACTIVITY chunk's columns.
 GPU_REC_DTYPE = np.dtype([
     ("kind", "<u2"), ("flags", "<u2"), ("pid", "<u4"),
     ("start", "<u8"), ("end", "<u8"), ("value", "<u8"), ("grid", "<u8"), ("block", "<u8"),

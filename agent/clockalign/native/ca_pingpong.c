@@ -16,6 +16,7 @@
  * the GIL for the whole burst.
  *     gcc -O2 -shared -fPIC ca_pingpong.c -o ca_pingpong.so
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <time.h>
 

@@ -13,7 +13,8 @@
  *
  * libcupti is dlopen'ed (CLOCKALIGN_CUPTI_LIB), so this file needs only the CUPTI and
  * cuda.h headers to build:
- *     gcc -O2 -shared -fPIC -I<cupti include> -I<cuda include> ca_cupti.c -o ca_cupti.so -ldl -lpthread
+ *     gcc -O2 -shared -fPIC -fvisibility=hidden -I<cupti include> -I<cuda include> ca_cupti.c \
+ *         -o ca_cupti.so -ldl -lpthread   (clockalign.native.build does this, cached)
  * CLOCKALIGN_CUPTI_RAW=0 keeps CUPTI's converted timestamps (for comparisons).
  *
  * A write that would raise SIGPIPE (the recorder is gone) is caught with SIGPIPE blocked
