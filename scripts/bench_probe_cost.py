@@ -93,7 +93,7 @@ def summarize(vals):
 # ---------------------------------------------------------------- building blocks
 def build_tools(work: Path):
     """(stand-in libcuda, storm's own one-function library, storm program)."""
-    from clockalign.faults.standin import build
+    from clockalign.workloads.standin import build
     libdir, _ = build(str(work / "standin"))
     storm = work / "storm"
     subprocess.run(["gcc", "-O2", "-o", str(storm), str(HERE / "bench" / "storm.c"), "-ldl",

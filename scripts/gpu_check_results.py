@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "agent"))
-from clockalign.faults.check import check_reference_gpu, cuda_counts  # noqa: E402
+from clockalign.workloads.check import check_reference_gpu, cuda_counts  # noqa: E402
 from clockalign.store.reader import RunReader  # noqa: E402
 from clockalign.store.schema import CUDA_FN_BY_NAME, Chunk, Kind  # noqa: E402
 from clockalign.timeline import Timeline  # noqa: E402
@@ -46,7 +46,7 @@ def record_md(data, out):
         "- BCC: the offline bundle (`scripts/make_bundle.sh` here, `scripts/install_bundle.sh` "
         "there), Debian's libbpfcc 0.26 on Ubuntu 24.04, headers 6.1 linked for kernel 6.18",
         "- command (from `scripts/gpu_session.sh align`): `clockalign demo -o DIR`, which runs "
-        "`clockalign record -- python3 -m clockalign.faults.reference_gpu --out DIR/workload.json`",
+        "`clockalign record -- python3 -m clockalign.workloads.reference_gpu --out DIR/workload.json`",
         f"- workload: torch {w['torch']}, {w['launches']} `x.add_(1.0)` launches, a 10 TiB "
         "`torch.empty` (out of memory) and a 256 MiB retry, "
         f"{w['syncs']} `torch.cuda.synchronize()`, a connect() to a listener and one to a closed port",

@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def fakecuda(tmp_path_factory):
     """Build dir with libcuda.so.1 (fake) and the known-count target."""
-    from clockalign.faults.standin import build
+    from clockalign.workloads.standin import build
     d = tmp_path_factory.mktemp("fakecuda")
     build(str(d))
     return d

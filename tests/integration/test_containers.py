@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from clockalign.capture.container import pick_cgroup
-from clockalign.faults.standin import HERE, write_ids
+from clockalign.workloads.standin import HERE, write_ids
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import Kind
 

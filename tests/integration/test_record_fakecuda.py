@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from clockalign.faults.check import cuda_counts
-from clockalign.faults.standin import EXPECTED_CALLS, SWEEP_CALLS, expected_call
+from clockalign.workloads.check import cuda_counts
+from clockalign.workloads.standin import EXPECTED_CALLS, SWEEP_CALLS, expected_call
 from clockalign.store import cuda_api
 from clockalign.store.decode import cstring, event_dicts
 from clockalign.store.reader import RunReader

@@ -348,7 +348,7 @@ def test_elf_parser_matches_nm():
 @pytest.mark.skipif(not shutil.which("gcc"), reason="needs gcc for the stand-in libcuda")
 def test_elf_parser_on_standin(tmp_path):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "agent"))
-    from clockalign.faults.standin import build
+    from clockalign.workloads.standin import build
     d, _ = build(str(tmp_path))
     lib = os.path.join(d, "libcuda.so.1")
     funcs = ge.elf_dynamic_functions(lib)

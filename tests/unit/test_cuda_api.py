@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from clockalign.capture import bpfprog, cuda_stubs
-from clockalign.faults import check, standin
+from clockalign.workloads import check, standin
 from clockalign.report import analysis, anomaly
 from clockalign.store import cuda_api, schema
 

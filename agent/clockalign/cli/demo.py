@@ -50,7 +50,7 @@ def command(out_dir, host_only):
     """Record the bundled reference workload (a real CUDA workload where a GPU is; a host-only
     one with a stand-in libcuda otherwise, saying so), check the recording against what the
     workload says it did, and write the run file, a report and a Perfetto trace."""
-    from ..faults import check
+    from ..workloads import check
     os.makedirs(out_dir, exist_ok=True)
     run = os.path.join(out_dir, "demo.ca")
     gpu, why = (False, "--host-only given") if host_only else _gpu_ready()
@@ -59,9 +59,9 @@ def command(out_dir, host_only):
         click.echo("demo: GPU found: recording the reference CUDA workload (PyTorch: launch "
                    "loop, out-of-memory attempt and retry, synchronizes, connect())")
         wjson = os.path.join(out_dir, "workload.json")
-        cmd = [sys.executable, "-m", "clockalign.faults.reference_gpu", "--out", wjson]
+        cmd = [sys.executable, "-m", "clockalign.workloads.reference_gpu", "--out", wjson]
     else:
-        from ..faults.standin import EXPECTED_CALLS, EXPECTED_OOM, build
+        from ..workloads.standin import EXPECTED_CALLS, EXPECTED_OOM, build
         click.echo(f"demo: no GPU workload possible here ({why}): recording the HOST-ONLY "
                    "reference workload, a stand-in libcuda with known calls, so the CUDA "
                    "probes, context switches and connect() are real but no GPU is involved")

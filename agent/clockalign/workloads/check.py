@@ -31,7 +31,7 @@ def _count(counts, fns):
 
 
 def check_reference_gpu(ev, w: dict):
-    """Rows (what, expected, seen, ok) for clockalign.faults.reference_gpu's JSON."""
+    """Rows (what, expected, seen, ok) for clockalign.workloads.reference_gpu's JSON."""
     pid = w["pid"]
     ph = w["phases"]
     rows = []

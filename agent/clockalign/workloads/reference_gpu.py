@@ -2,7 +2,7 @@
 retry, synchronizes, and two connect()s, each phase bracketed by CLOCK_MONOTONIC marks so a
 recording can be checked against what the workload itself says it did.
 
-    python3 -m clockalign.faults.reference_gpu --launches 1000 --out workload.json
+    python3 -m clockalign.workloads.reference_gpu --launches 1000 --out workload.json
 """
 import argparse
 import json
