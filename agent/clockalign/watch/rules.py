@@ -13,7 +13,7 @@ from ..errors import ClockalignError
 P99_ALERT = "ClockalignCudaCallP99AboveBaseline"
 DEFAULT_P99_FACTOR = 3.0
 # where the factor appears in that rule: the comparison and the two sentences about it
-_FACTOR_AT = (r"(> )3( \* histogram_quantile)", r"(over )3(x its)", r"(than )3( times)")
+_FACTOR_AT = (r"(> )3( \* quantile_over_time)", r"(over )3(x its)", r"(than )3( times)")
 
 
 def rules_text() -> str:
