@@ -655,32 +655,31 @@ int tracepoint__tcp__tcp_send_reset(struct ca_tcp_send_reset *args)
     return 0;
 }
 
+/* a reset received or a retransmit: the two tracepoints carry the same address fields */
+#define TCP_SKB_EVENT(code, state, a0) ({ \
+    u32 owner = tcp_owner((u64)args->skaddr, args->sport); \
+    if (owner) { \
+        EVENT(e, CA_KIND_TCP); \
+        tcp_sockaddr(e->data, args->family, args->sport, args->saddr, args->saddr_v6); \
+        tcp_sockaddr(e->data + 28, args->family, args->dport, args->daddr, args->daddr_v6); \
+        e->ret = (state); \
+        e->a[0] = (a0); \
+        tcp_event(args, e, owner, code); \
+    } \
+    0; })
+
 TRACEPOINT_PROBE(tcp, tcp_receive_reset)
 {
-    u32 owner = tcp_owner((u64)args->skaddr, args->sport);
-    if (!owner)
-        return 0;
-    EVENT(e, CA_KIND_TCP);
-    tcp_sockaddr(e->data, args->family, args->sport, args->saddr, args->saddr_v6);
-    tcp_sockaddr(e->data + 28, args->family, args->dport, args->daddr, args->daddr_v6);
-    tcp_event(args, e, owner, CA_TCP_RESET_RECEIVED);
-    return 0;
+    return TCP_SKB_EVENT(CA_TCP_RESET_RECEIVED, 0, 0);
 }
 
 TRACEPOINT_PROBE(tcp, tcp_retransmit_skb)
 {
-    u32 owner = tcp_owner((u64)args->skaddr, args->sport);
-    if (!owner)
-        return 0;
-    EVENT(e, CA_KIND_TCP);
-    tcp_sockaddr(e->data, args->family, args->sport, args->saddr, args->saddr_v6);
-    tcp_sockaddr(e->data + 28, args->family, args->dport, args->daddr, args->daddr_v6);
-    e->ret = args->state;
 #ifdef CA_TCP_RETRANSMIT_ERR
-    e->a[0] = (u64)(s64)args->err;
+    return TCP_SKB_EVENT(CA_TCP_RETRANSMIT, args->state, (u64)(s64)args->err);
+#else
+    return TCP_SKB_EVENT(CA_TCP_RETRANSMIT, args->state, 0);
 #endif
-    tcp_event(args, e, owner, CA_TCP_RETRANSMIT);
-    return 0;
 }
 #endif /* CA_TCP */
 

@@ -223,7 +223,9 @@ class Recording:
             return 0.0
         return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
-    def stop(self):
+    def _end(self):
+        """SIGINT the recorder and reap it: (what every recording reports of its process,
+        its stderr)."""
         early = self.p.returncode is not None
         ru = None
         if not early:
@@ -233,16 +235,20 @@ class Recording:
             _, status, ru = os.wait4(self.p.pid, 0)
             self.p.returncode = os.waitstatus_to_exitcode(status)
         err = self.p.stderr.read()
-        from clockalign.store.reader import RunReader
-        r = RunReader(self.out)
-        tr = r.trailer or {}
         return {"returncode": self.p.returncode, "exited_early": early,
-                "stderr_tail": err[-3000:] if (early or self.p.returncode or not tr) else "",
+                "stderr_tail": err[-3000:] if (early or self.p.returncode) else "",
                 "cpu_user_s": ru.ru_utime if ru else 0, "cpu_sys_s": ru.ru_stime if ru else 0,
                 "max_rss_mb": ru.ru_maxrss / 1024 if ru else 0,
-                "size": self.out.stat().st_size, "counts": tr.get("counts"),
-                "drops": tr.get("drops"), "ring_peak_fill": tr.get("ring_peak_fill"),
-                "notices": [ln for ln in err.splitlines() if "lost" in ln or "error" in ln]}
+                "notices": [ln for ln in err.splitlines() if "lost" in ln or "error" in ln]}, err
+
+    def stop(self):
+        from clockalign.store.reader import RunReader
+        res, err = self._end()
+        tr = RunReader(self.out).trailer or {}
+        if not tr:
+            res["stderr_tail"] = err[-3000:]
+        return {**res, "size": self.out.stat().st_size, "counts": tr.get("counts"),
+                "drops": tr.get("drops"), "ring_peak_fill": tr.get("ring_peak_fill")}
 
 
 class WatchRecording(Recording):
@@ -289,19 +295,8 @@ class WatchRecording(Recording):
                     counts[smp.labels["kind"]] = int(smp.value)
                 elif smp.name == "clockalign_events_dropped_total" and smp.value:
                     drops[smp.labels["kind"]] = int(smp.value)
-        early = self.p.returncode is not None
-        ru = None
-        if not early:
-            os.kill(self.p.pid, signal.SIGINT)
-            _, status, ru = os.wait4(self.p.pid, 0)
-            self.p.returncode = os.waitstatus_to_exitcode(status)
-        err = self.p.stderr.read()
-        return {"returncode": self.p.returncode, "exited_early": early,
-                "stderr_tail": err[-3000:] if (early or self.p.returncode) else "",
-                "cpu_user_s": ru.ru_utime if ru else 0, "cpu_sys_s": ru.ru_stime if ru else 0,
-                "max_rss_mb": ru.ru_maxrss / 1024 if ru else 0, "size": 0,
-                "counts": counts, "drops": drops, "ring_peak_fill": None,
-                "notices": [ln for ln in err.splitlines() if "lost" in ln or "error" in ln]}
+        return {**self._end()[0], "size": 0, "counts": counts, "drops": drops,
+                "ring_peak_fill": None}
 
 
 # ---------------------------------------------------------------- part: micro

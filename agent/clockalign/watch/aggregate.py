@@ -62,7 +62,8 @@ class Capped:
 
 
 class Aggregator:
-    def __init__(self):
+    def __init__(self, on_open=None):
+        self._on_open = on_open                         # called once the probes are armed
         self._lock = threading.Lock()
         self._pid = Capped(MAX_PIDS)
         self._peer = Capped(MAX_PEERS)
@@ -104,6 +105,8 @@ class Aggregator:
             self._pci = {_pci_key(g.get("pci_bus_id", "")): g["index"] for g in self.gpus}
             self._xid_from_bpf = "-DCA_XID" in (meta.get("cflags") or [])
             self.armed = True
+        if self._on_open:
+            self._on_open()
 
     def close(self, trailer: dict = None) -> None:
         with self._lock:
@@ -149,7 +152,7 @@ class Aggregator:
                                                      Kind.TCP, Kind.XID)}
         if len(sel[Kind.CUDA]):
             self._cuda({f: np.asarray(c[f])[sel[Kind.CUDA]]
-                        for f in ("ts", "dur", "pid", "code", "ret", "a0", "a1", "a2", "a3")})
+                        for f in ("ts", "dur", "pid", "code", "ret", "a0", "a1", "a2", "a3", "a4")})
         if len(sel[Kind.SCHED]):
             self._sched({f: np.asarray(c[f])[sel[Kind.SCHED]]
                          for f in ("dur", "pid", "code", "a0", "a3")})
