@@ -8,7 +8,8 @@ everything on) watches it, and every --every seconds this script reads watch's V
 compares the storm's own call count with the CUDA events watch counted plus its drops.
 
     sudo .venv/bin/python scripts/watch_soak.py --minutes 15 --out results/watch
-    sudo python3 scripts/watch_soak.py --minutes 60 --threads 4 --rate 50000 --out results/watch/h200
+    sudo python3 scripts/watch_soak.py --minutes 60 --threads 4 --rate 50000 \
+        --out results/watch/h200
 
 Writes OUT/soak.json (every sample) and OUT/soak.md.
 """
@@ -79,7 +80,8 @@ def render(res) -> str:
            f"- machine: {m.get('cpu')} x{m['cpus']}, kernel {m['kernel']}",
            f"- target: storm, {res['threads']} thread(s) x {res['rate']} cuLaunchKernel/s "
            f"(stand-in libcuda), watched by `clockalign watch --pid` (no run file, counters "
-           f"and GPU clock on where there is a GPU), /metrics scraped every {res['every_s']:g} s", "",
+           f"and GPU clock on where there is a GPU), /metrics scraped every "
+           f"{res['every_s']:g} s", "",
            "| | value |", "|---|---|",
            f"| RSS after warm-up ({res['warmup_s']:g} s) | {first['rss_kb'] / 1024:.1f} MiB |",
            f"| RSS at the end | {last['rss_kb'] / 1024:.1f} MiB |",

@@ -152,7 +152,8 @@ class Aggregator:
                                                      Kind.TCP, Kind.XID)}
         if len(sel[Kind.CUDA]):
             self._cuda({f: np.asarray(c[f])[sel[Kind.CUDA]]
-                        for f in ("ts", "dur", "pid", "code", "ret", "a0", "a1", "a2", "a3", "a4")})
+                        for f in ("ts", "dur", "pid", "code", "ret", "a0", "a1", "a2", "a3",
+                                  "a4")})
         if len(sel[Kind.SCHED]):
             self._sched({f: np.asarray(c[f])[sel[Kind.SCHED]]
                          for f in ("dur", "pid", "code", "a0", "a3")})

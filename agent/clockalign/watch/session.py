@@ -1,7 +1,8 @@
 """One ``clockalign watch``: the recorder with an Aggregator as its sink, and the server.
 
 The HTTP server binds before any probe is armed, so a busy port fails at once (until the
-probes are armed, /metrics says clockalign_probes_armed 0); it serves until the recording ends (Ctrl-C, SIGTERM, --duration, the targets' exit).
+probes are armed, /metrics says clockalign_probes_armed 0); it serves until the recording
+ends (Ctrl-C, SIGTERM, --duration, the targets' exit).
 
     summary = run_watch(RecordOptions(pids=[1234], output=None), "127.0.0.1:9464")
 """
