@@ -123,3 +123,52 @@ def test_watch_with_a_run_file_keeps_every_event(fakecuda, tmp_path):
     assert f"watched: {sum(EXPECTED_CALLS.values())} CUDA calls" in p.stderr
     status = r.rows(7)        # Chunk.STATUS: a row a second with the drops so far
     assert all("drops" in row for row in status)
+
+
+CLIENT = r"""
+import socket, sys, time
+lsn = socket.socket()
+lsn.bind(("127.0.0.1", 0))
+lsn.listen(0)                            # never accepted: the queue fills, SYNs are dropped
+print(lsn.getsockname()[1], flush=True)
+sys.stdin.readline()                     # the recorder is attached
+socks = []
+for _ in range(4):
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(lsn.getsockname())
+    except BlockingIOError:
+        pass
+    socks.append(s)
+time.sleep(2.5)                          # the first SYN retransmit comes after 1 s
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_syn_retransmits_to_a_full_accept_queue(tmp_path):
+    target = subprocess.Popen([sys.executable, "-c", CLIENT], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(target.stdout.readline())
+        out = tmp_path / "retrans.ca"
+        rec = subprocess.Popen(clockalign_cmd("record", "--no-cuda", "--pid", str(target.pid),
+                                              "-o", str(out), *BASE), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        wait_for_file(out)
+        target.stdin.write("go\n")
+        target.stdin.flush()
+        assert target.stdout.readline().strip() == "done"
+        rec.send_signal(signal.SIGTERM)
+        _, err = rec.communicate(timeout=30)
+        assert rec.returncode == 0, err
+    finally:
+        target.kill()
+        target.wait()
+    ev = RunReader(out).events()
+    tcp = list(event_dicts(ev[ev["kind"] == Kind.TCP]))
+    retrans = [t for t in tcp if t["event"] == "retransmit"]
+    assert retrans, tcp
+    assert {(t["pid"], t["remote"]) for t in retrans} == {(target.pid, f"127.0.0.1:{port}")}
+    assert all(t["state"] == 2 for t in retrans)          # SYN_SENT

@@ -195,9 +195,15 @@ def test_fragmentation_needs_a_sample_before_and_caps_waiting_failures(monkeypat
     snap = agg.snapshot()
     assert snap["fragmentation"] == {}
     assert snap["fragmentation_unjudged"] == {("100", "no sample before"): 1}
+    # no sample after within 5 s of later calls (counters off): not judged, said so
+    agg.write_columns(Chunk.EVENTS, events(cuda("cuMemAlloc_v2", ret=2, bytes=GIB, ts=t + 2 * 10**9)))
+    agg.write_columns(Chunk.EVENTS, events(cuda("cuLaunchKernel", ts=t + 8 * 10**9)))
+    assert agg.snapshot()["fragmentation_unjudged"][("100", "no sample after")] == 1
+    assert not agg._pending
     monkeypatch.setattr(aggregate, "MAX_PENDING", 3)
     agg.write_columns(Chunk.EVENTS, events(*[cuda("cuMemAlloc_v2", ret=2, bytes=GIB,
-                                                  ts=t + 10**9 + i, dur=10) for i in range(5)]))
+                                                  ts=t + 9 * 10**9 + i, dur=10)
+                                             for i in range(5)]))
     assert len(agg._pending) == 3
     assert agg.snapshot()["dropped"]["fragmentation_pending"] == 2
 

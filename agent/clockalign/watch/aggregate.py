@@ -29,6 +29,7 @@ MAX_PIDS = 256              # distinct pid label values (followed children can b
 MAX_PEERS = 64              # distinct connect() peers
 MAX_RESULTS = 64            # distinct CUDA results / errno names
 MAX_PENDING = 1024          # allocation failures waiting for the free-memory sample after them
+STALE_NS = 5_000_000_000    # no sample that long after the call (counters off): not judged
 FREE_SAMPLES = 600          # free-memory samples kept per GPU (60 s at the 0.1 s default)
 CLOCK_CHUNKS = 10           # GPU clock bursts kept per GPU for the live fit (~10 s)
 MODULE_IDS = cuda_api.ids("module")
@@ -95,6 +96,7 @@ class Aggregator:
         self._pci = {}
         self._free = {}                                 # gpu -> deque[(t_from, t_to, bytes)]
         self._pending = collections.deque()             # (pid, gpu, entry, end, bytes)
+        self._latest_ns = 0                             # the latest CUDA call's entry
         self._clock = {}                                # gpu -> deque of (t0, remote, t1)
         self._ticks = {}
 
@@ -174,6 +176,7 @@ class Aggregator:
                        str(int(c["ret"][i])))] += 1
 
     def _cuda(self, e):
+        self._latest_ns = max(self._latest_ns, int(e["ts"].max()))
         keys, counts = np.unique(np.stack([e["pid"].astype(np.int64), e["code"].astype(np.int64),
                                            e["ret"].astype(np.int64)], axis=1),
                                  axis=0, return_counts=True)
@@ -189,6 +192,7 @@ class Aggregator:
             h.observe(e["dur"][m].astype(np.int64))
             if fid in MODULE_IDS:
                 self.module_load.observe(e["dur"][m].astype(np.int64))
+        self._judge_stale()
         failed = np.flatnonzero(np.isin(e["code"], ALLOC_IDS) & (e["ret"] != 0))
         for i in failed.tolist():
             fid, pid = int(e["code"][i]), self._pid(str(int(e["pid"][i])))
@@ -239,6 +243,10 @@ class Aggregator:
         self._pending.append(item)
         self._judge_pending()
 
+    def _judge_stale(self):
+        if self._pending and self._latest_ns - self._pending[0][3] > STALE_NS:
+            self._judge_pending()
+
     def _judge_pending(self):
         """Judge every waiting failure whose GPU has a free-memory sample taken entirely
         after the call returned: fragmentation when the sample before the call and the
@@ -248,7 +256,10 @@ class Aggregator:
             samples = self._free.get(gpu)
             after = next((s for s in samples if s[0] >= end), None) if samples else None
             if after is None:
-                keep.append((pid, gpu, entry, end, nbytes))
+                if self._latest_ns - end > STALE_NS:
+                    self.fragmentation_unjudged[(pid, "no sample after")] += 1
+                else:
+                    keep.append((pid, gpu, entry, end, nbytes))
                 continue
             before = next((s for s in reversed(samples) if s[1] <= entry), None)
             if before is None:

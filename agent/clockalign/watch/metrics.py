@@ -78,7 +78,8 @@ HELP = {
                      "call's device argument or the only GPU (see "
                      "clockalign_fragmentation_unjudged_total).",
     "unjudged": "Refused allocations that could not be judged for fragmentation, by why "
-                "(no GPU, device unknown on a host with several GPUs, no sample before).",
+                "(no GPU, device unknown on a host with several GPUs, no free-memory sample "
+                "before or none within 5 s after: counters off).",
     "module_load": "Duration of module and library loads (cuModuleLoad*, cuLibraryLoad*): "
                    "model-load latency.",
     "xid": "NVIDIA Xid errors by GPU and code (nvidia_dev_xid tracepoint, else NVML).",
