@@ -402,8 +402,11 @@ class Recorder:
             sys.stderr.write("\n")
 
     def _status_row(self, probes):
-        self.writer.write_rows(Chunk.STATUS, [{"t_ns": _now(), "events": dict(self.counts),
-                                               "drops": probes.drops()}])
+        try:
+            self.writer.write_rows(Chunk.STATUS, [{"t_ns": _now(), "events": dict(self.counts),
+                                                   "drops": probes.drops()}])
+        except RunFileWriteError as e:
+            self._write_failed(e)
 
     def _status_line(self, elapsed, probes):
         kinds = " ".join(f"{k}={v}" for k, v in self.counts.items() if v)
