@@ -286,7 +286,7 @@ class WatchRecording(Recording):
             time.sleep(0.1)
         time.sleep(0.3)
 
-    def stop(self):
+    def totals(self):
         from prometheus_client.parser import text_string_to_metric_families
         counts, drops = {}, {}
         for fam in text_string_to_metric_families(self.metrics()):
@@ -295,6 +295,18 @@ class WatchRecording(Recording):
                     counts[smp.labels["kind"]] = int(smp.value)
                 elif smp.name == "clockalign_events_dropped_total" and smp.value:
                     drops[smp.labels["kind"]] = int(smp.value)
+        return counts, drops
+
+    def stop(self):
+        # the last calls may still sit in the event buffers (read every <= 50 ms): the
+        # totals are final once two scrapes 0.3 s apart agree
+        now, t_end = self.totals(), time.monotonic() + 10
+        while time.monotonic() < t_end:
+            time.sleep(0.3)
+            prev, now = now, self.totals()
+            if now == prev:
+                break
+        counts, drops = now
         return {**self._end()[0], "size": 0, "counts": counts, "drops": drops,
                 "ring_peak_fill": None}
 
