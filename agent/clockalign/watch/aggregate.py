@@ -341,7 +341,7 @@ class Aggregator:
             calls = sum(self.cuda_calls.values())
             failed = sum(n for (_, _, r), n in self.cuda_calls.items() if r != "CUDA_SUCCESS")
             allocs = sum(self.alloc_failures.values())
-        return (f"cuda calls {calls} ({failed} failed, {allocs} allocations)  "
+        return (f"cuda calls {calls} ({failed} failed, {allocs} allocation failures)  "
                 f"scrapes {self.scrapes}")
 
 
