@@ -87,15 +87,17 @@ def test_tee_feeds_sinks_with_or_without_a_run_file(tmp_path):
         w = open_writer(path, meta, [sink])
         assert isinstance(w, ChunkTee)
         w.write_columns(Chunk.EVENTS, cols)
+        w.write_records(Chunk.EVENTS, ev[:2])
         w.write_rows(Chunk.NOTICES, [{"t_ns": 1, "level": "info", "text": "x"}])
         w.flush()
         w.close({"reason": "stopped"})
         assert sink.calls == [("open", "clockalign"), ("columns", Chunk.EVENTS, 3),
-                              ("rows", Chunk.NOTICES, 1), ("close", "stopped")]
+                              ("columns", Chunk.EVENTS, 2), ("rows", Chunk.NOTICES, 1),
+                              ("close", "stopped")]
         if path:
             assert w.size > 0
             r = RunReader(path)
-            assert r.clean and len(r.events()) == 3
+            assert r.clean and len(r.events()) == 5
         else:
             assert w.size == 0
             assert sorted(f.name for f in tmp_path.iterdir()) == ["plain.ca", "run.ca"]

@@ -30,6 +30,15 @@ class ChunkTee:
         if self.file:
             self.file.write_columns(ctype, cols)
 
+    def write_records(self, ctype: int, rows) -> None:
+        """A structured array (the recorder's event batches): sinks get its fields as
+        columns (views, no copy), the run file the array itself."""
+        cols = {name: rows[name] for name in rows.dtype.names}
+        for s in self.sinks:
+            s.write_columns(ctype, cols)
+        if self.file:
+            self.file.write_records(ctype, rows)
+
     def write_rows(self, ctype: int, rows: list) -> None:
         for s in self.sinks:
             s.write_rows(ctype, rows)
