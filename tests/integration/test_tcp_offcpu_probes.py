@@ -75,55 +75,52 @@ def test_refused_connect_is_a_received_reset_and_sync_waits_are_inside_cuda(fake
     assert len(outside) >= 1
 
 
+def record_script(tmp_path, script, action):
+    """Run a Python script that prints a port and waits for a line; record it (--no-cuda
+    --pid) while action(port, script's process) runs after writing it "go"; return the TCP
+    events recorded, the port and the pid."""
+    target = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(target.stdout.readline())
+        out = tmp_path / "tcp.ca"
+        rec = subprocess.Popen(clockalign_cmd("record", "--no-cuda", "--pid", str(target.pid),
+                                              "-o", str(out), *BASE), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        wait_for_file(out)
+        action(port, target)
+        rec.send_signal(signal.SIGTERM)
+        _, err = rec.communicate(timeout=30)
+        assert rec.returncode == 0, err
+    finally:
+        target.kill()
+        target.wait()
+    ev = RunReader(out).events()
+    return list(event_dicts(ev[ev["kind"] == Kind.TCP])), port, target.pid
+
+
+def go(target, expect):
+    target.stdin.write("go\n")
+    target.stdin.flush()
+    assert target.stdout.readline().strip() == expect
+
+
 def test_reset_sent_on_an_accepted_connection_counts_for_the_listener(tmp_path):
     """The listener was opened before the probes (found in /proc at start); the accepted
     socket's reset is sent in the server's context, the client's received reset is not a
     target's."""
-    server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        port = int(server.stdout.readline())
-        out = tmp_path / "server.ca"
-        rec = subprocess.Popen(clockalign_cmd("record", "--no-cuda", "--pid", str(server.pid),
-                                              "-o", str(out), *BASE), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-        wait_for_file(out)
+    def client_then_reset(port, server):
         client = socket.create_connection(("127.0.0.1", port))
-        server.stdin.write("go\n")
-        server.stdin.flush()
-        assert server.stdout.readline().strip() == "reset"
+        go(server, "reset")
         try:
             client.recv(10)
         except ConnectionResetError:
             pass
         client.close()
         time.sleep(0.3)
-        rec.send_signal(signal.SIGTERM)
-        _, err = rec.communicate(timeout=30)
-        assert rec.returncode == 0, err
-    finally:
-        server.kill()
-        server.wait()
-    ev = RunReader(out).events()
-    tcp = list(event_dicts(ev[ev["kind"] == Kind.TCP]))
+    tcp, port, pid = record_script(tmp_path, SERVER, client_then_reset)
     assert [(t["event"], t["pid"], t["local"]) for t in tcp] == \
-        [("reset_sent", server.pid, f"127.0.0.1:{port}")], tcp
-
-
-def test_watch_with_a_run_file_keeps_every_event(fakecuda, tmp_path):
-    out = tmp_path / "watch.ca"
-    p = run_clockalign("watch", "--listen", f"127.0.0.1:{free_port()}", "-o", str(out),
-                       *BASE, "--", str(fakecuda / "target"), env=env_for(fakecuda))
-    assert p.returncode == 0, p.stderr
-    assert "probes armed: serving http://127.0.0.1:" in p.stderr
-    assert f"wrote {out}" in p.stderr and "stopped by target exited" in p.stderr
-    r = RunReader(out)
-    assert r.clean and r.trailer["reason"] == "target exited"
-    assert cuda_counts(r.events()) == EXPECTED_CALLS
-    assert f"watched: {sum(EXPECTED_CALLS.values())} CUDA calls" in p.stderr
-    status = r.rows(7)        # Chunk.STATUS: a row a second with the drops so far
-    assert all("drops" in row for row in status)
-
+        [("reset_sent", pid, f"127.0.0.1:{port}")], tcp
 
 CLIENT = r"""
 import socket, sys, time
@@ -148,27 +145,8 @@ sys.stdin.readline()
 
 
 def test_syn_retransmits_to_a_full_accept_queue(tmp_path):
-    target = subprocess.Popen([sys.executable, "-c", CLIENT], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        port = int(target.stdout.readline())
-        out = tmp_path / "retrans.ca"
-        rec = subprocess.Popen(clockalign_cmd("record", "--no-cuda", "--pid", str(target.pid),
-                                              "-o", str(out), *BASE), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-        wait_for_file(out)
-        target.stdin.write("go\n")
-        target.stdin.flush()
-        assert target.stdout.readline().strip() == "done"
-        rec.send_signal(signal.SIGTERM)
-        _, err = rec.communicate(timeout=30)
-        assert rec.returncode == 0, err
-    finally:
-        target.kill()
-        target.wait()
-    ev = RunReader(out).events()
-    tcp = list(event_dicts(ev[ev["kind"] == Kind.TCP]))
+    tcp, port, pid = record_script(tmp_path, CLIENT, lambda port, target: go(target, "done"))
     retrans = [t for t in tcp if t["event"] == "retransmit"]
     assert retrans, tcp
-    assert {(t["pid"], t["remote"]) for t in retrans} == {(target.pid, f"127.0.0.1:{port}")}
+    assert {(t["pid"], t["remote"]) for t in retrans} == {(pid, f"127.0.0.1:{port}")}
     assert all(t["state"] == 2 for t in retrans)          # SYN_SENT
