@@ -14,6 +14,7 @@
 #define CA_KIND_THREAD_EXIT 8
 #define CA_KIND_PROC_EXIT 9
 #define CA_KIND_SIGNAL 10
+#define CA_KIND_TCP 11
 #define CA_KIND_XID_MSG 12
 #define CA_NKINDS 16
 
@@ -30,6 +31,11 @@
 #define CA_NEST 2
 
 #define CA_DATA_LEN 56
+
+/* CA_KIND_TCP codes */
+#define CA_TCP_RESET_SENT 1
+#define CA_TCP_RESET_RECEIVED 2
+#define CA_TCP_RETRANSMIT 3
 
 struct ca_event {
     u64 ts;         /* MONOTONIC ns (bpf_ktime_get_ns); call entry for paired events */

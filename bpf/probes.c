@@ -2,7 +2,7 @@
  *
  * Parameters come in as -D cflags (see capture/bpfprog.py; `clockalign record --dump-bpf`
  * prints them): CA_MAX_THREADS, CA_CALL_SLOTS, and the feature switches CA_CUDA,
- * CA_PID_LINKS, CA_REGS_ONLY, CA_CONNECT, CA_SCHED, CA_XID, CA_FOLLOW_CHILDREN,
+ * CA_PID_LINKS, CA_REGS_ONLY, CA_CONNECT, CA_SCHED, CA_XID, CA_TCP, CA_FOLLOW_CHILDREN,
  * CA_FORK_COMM_DATALOC, CA_XID_DATALOC, CA_XID_MSG_MAX (and CA_XID_PRINTK for the tests).
  * Targets (tgids) live in the `targets` map, filled by user space, so one program serves
  * several --pid and spawn mode alike.
@@ -373,6 +373,8 @@ struct off_val {
     s64 state;
     u32 tgid;
     u32 cpu;
+    u32 in_cuda;    /* id of the probed CUDA call the thread was inside when switched out */
+    u32 pad;
 };
 BPF_HASH(offcpu, u32, struct off_val, CA_MAX_THREADS);
 BPF_HASH(wakeups, u32, u64, CA_MAX_THREADS);
@@ -392,6 +394,13 @@ TRACEPOINT_PROBE(sched, sched_switch)
     if (prev_target) {
         tid_tgid.update(&prev, &tgid);
         struct off_val ov = {.ts = now, .state = args->prev_state, .tgid = tgid, .cpu = cpu};
+#ifdef CA_CUDA
+        /* off-CPU inside a CUDA call: the call slot this thread fills (a target thread's
+         * only; no cost on the CUDA path) */
+        struct ca_slot *s = call_slot(prev);
+        if (s && s->tid == prev && s->depth)
+            ov.in_cuda = s->c[(s->depth - 1) & (CA_NEST - 1)].fn;
+#endif
         if (offcpu.update(&prev, &ov))
             count_drop(CA_DROP_MAP_FULL);
     }
@@ -410,6 +419,7 @@ TRACEPOINT_PROBE(sched, sched_switch)
         e->a[0] = now - *w;
     e->a[1] = o->cpu;
     e->a[2] = cpu;
+    e->a[3] = o->in_cuda;
     offcpu.delete(&next);
     wakeups.delete(&next);
     submit(args, e);
@@ -544,6 +554,134 @@ TRACEPOINT_PROBE(signal, signal_generate)
     submit(args, e);
     return 0;
 }
+
+/* ------------------------------------------------------------------ TCP resets, retransmits */
+#ifdef CA_TCP
+/* Resets and retransmits are mostly handled in softirq context, where the current task is
+ * anyone: they are attributed through the socket instead.  A target's sockets are learnt
+ * where the kernel changes a TCP state in the target's own context (connect: SYN_SENT),
+ * and its listening ports where it listens (also filled from /proc at start, for
+ * listeners opened before the recording), so accepted connections count by local port. */
+BPF_HASH(tcp_socks, u64, u32, CA_MAX_THREADS);
+BPF_HASH(tcp_ports, u16, u32, 4096);
+
+#define CA_TCP_SYN_SENT 2
+#define CA_TCP_CLOSE 7
+#define CA_TCP_LISTEN 10
+
+TRACEPOINT_PROBE(sock, inet_sock_set_state)
+{
+    if (args->protocol != 6)            /* IPPROTO_TCP */
+        return 0;
+    u64 sk = (u64)args->skaddr;
+    u16 port = args->sport;
+    if (args->newstate == CA_TCP_CLOSE) {
+        tcp_socks.delete(&sk);
+        if (args->oldstate == CA_TCP_LISTEN)
+            tcp_ports.delete(&port);
+        return 0;
+    }
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (args->newstate != CA_TCP_SYN_SENT && args->newstate != CA_TCP_LISTEN)
+        return 0;
+    if (!is_target(tgid))
+        return 0;
+    int err = args->newstate == CA_TCP_SYN_SENT ? tcp_socks.update(&sk, &tgid)
+                                                : tcp_ports.update(&port, &tgid);
+    if (err)
+        count_drop(CA_DROP_MAP_FULL);
+    return 0;
+}
+
+static __always_inline u32 tcp_owner(u64 sk, u16 lport)
+{
+    u32 *t = sk ? tcp_socks.lookup(&sk) : NULL;
+    if (!t)
+        t = tcp_ports.lookup(&lport);
+    return t ? *t : 0;
+}
+
+/* data: local then remote address as sockaddr_in / sockaddr_in6 (28 bytes each), the
+ * layout connect() records keep, so one decoder reads both */
+static __always_inline void tcp_sockaddr(u8 *out, u16 family, u16 port, const u8 *v4,
+                                         const u8 *v6)
+{
+    *(u16 *)out = family;
+    *(u16 *)(out + 2) = bpf_htons(port);
+    if (family == 10)
+        bpf_probe_read_kernel(out + 8, 16, v6);
+    else
+        bpf_probe_read_kernel(out + 4, 4, v4);
+}
+
+static __always_inline void tcp_event(void *ctx, struct ca_event *e, u32 owner, u32 code)
+{
+    u64 pt = bpf_get_current_pid_tgid();
+    e->ts = bpf_ktime_get_ns();
+    e->pid = owner;
+    e->tid = (pt >> 32) == owner ? (u32)pt : 0;     /* 0: not in the owner's context */
+    e->code = code;
+    submit(ctx, e);
+}
+
+/* tcp_send_reset's reason is an enum the distro headers lack, so BCC cannot build its
+ * args struct: the layout is written here, checked against tracefs by capture/bpfprog.py
+ * (tcp_cflags), and the name makes BCC attach it to tcp:tcp_send_reset */
+struct ca_tcp_send_reset {
+    u64 common;
+    u64 skbaddr;
+    u64 skaddr;
+    s32 state;
+    u32 reason;
+    u8 saddr[28];       /* sockaddr_in / sockaddr_in6, local first (reversed from the skb when */
+    u8 daddr[28];       /* no full socket is at hand) */
+};
+
+int tracepoint__tcp__tcp_send_reset(struct ca_tcp_send_reset *args)
+{
+    u16 lport = 0;
+    bpf_probe_read_kernel(&lport, 2, args->saddr + 2);
+    u32 owner = tcp_owner(args->skaddr, bpf_ntohs(lport));
+    if (!owner)
+        return 0;
+    EVENT(e, CA_KIND_TCP);
+    bpf_probe_read_kernel(e->data, 28, args->saddr);
+    bpf_probe_read_kernel(e->data + 28, 28, args->daddr);
+    e->ret = args->state;
+#ifdef CA_TCP_RESET_REASON
+    e->a[0] = args->reason;
+#endif
+    tcp_event(args, e, owner, CA_TCP_RESET_SENT);
+    return 0;
+}
+
+/* a reset received or a retransmit: the two tracepoints carry the same address fields */
+#define TCP_SKB_EVENT(code, state, a0) ({ \
+    u32 owner = tcp_owner((u64)args->skaddr, args->sport); \
+    if (owner) { \
+        EVENT(e, CA_KIND_TCP); \
+        tcp_sockaddr(e->data, args->family, args->sport, args->saddr, args->saddr_v6); \
+        tcp_sockaddr(e->data + 28, args->family, args->dport, args->daddr, args->daddr_v6); \
+        e->ret = (state); \
+        e->a[0] = (a0); \
+        tcp_event(args, e, owner, code); \
+    } \
+    0; })
+
+TRACEPOINT_PROBE(tcp, tcp_receive_reset)
+{
+    return TCP_SKB_EVENT(CA_TCP_RESET_RECEIVED, 0, 0);
+}
+
+TRACEPOINT_PROBE(tcp, tcp_retransmit_skb)
+{
+#ifdef CA_TCP_RETRANSMIT_ERR
+    return TCP_SKB_EVENT(CA_TCP_RETRANSMIT, args->state, (u64)(s64)args->err);
+#else
+    return TCP_SKB_EVENT(CA_TCP_RETRANSMIT, args->state, 0);
+#endif
+}
+#endif /* CA_TCP */
 
 /* ------------------------------------------------------------------ NVIDIA Xid */
 #if defined(CA_XID) || defined(CA_XID_PRINTK)

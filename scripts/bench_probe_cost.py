@@ -223,7 +223,9 @@ class Recording:
             return 0.0
         return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
-    def stop(self):
+    def _end(self):
+        """SIGINT the recorder and reap it: (what every recording reports of its process,
+        its stderr)."""
         early = self.p.returncode is not None
         ru = None
         if not early:
@@ -233,16 +235,80 @@ class Recording:
             _, status, ru = os.wait4(self.p.pid, 0)
             self.p.returncode = os.waitstatus_to_exitcode(status)
         err = self.p.stderr.read()
-        from clockalign.store.reader import RunReader
-        r = RunReader(self.out)
-        tr = r.trailer or {}
         return {"returncode": self.p.returncode, "exited_early": early,
-                "stderr_tail": err[-3000:] if (early or self.p.returncode or not tr) else "",
+                "stderr_tail": err[-3000:] if (early or self.p.returncode) else "",
                 "cpu_user_s": ru.ru_utime if ru else 0, "cpu_sys_s": ru.ru_stime if ru else 0,
                 "max_rss_mb": ru.ru_maxrss / 1024 if ru else 0,
-                "size": self.out.stat().st_size, "counts": tr.get("counts"),
-                "drops": tr.get("drops"), "ring_peak_fill": tr.get("ring_peak_fill"),
-                "notices": [ln for ln in err.splitlines() if "lost" in ln or "error" in ln]}
+                "notices": [ln for ln in err.splitlines() if "lost" in ln or "error" in ln]}, err
+
+    def stop(self):
+        from clockalign.store.reader import RunReader
+        res, err = self._end()
+        tr = RunReader(self.out).trailer or {}
+        if not tr:
+            res["stderr_tail"] = err[-3000:]
+        return {**res, "size": self.out.stat().st_size, "counts": tr.get("counts"),
+                "drops": tr.get("drops"), "ring_peak_fill": tr.get("ring_peak_fill")}
+
+
+class WatchRecording(Recording):
+    """`clockalign watch --pid PID` (no run file, everything on, like clockalign_full):
+    armed once its /metrics says clockalign_probes_armed 1; its counts and drops are
+    scraped from /metrics just before it is stopped."""
+
+    def __init__(self, pid, out, lib=None, full=True, extra=()):
+        import socket as _socket
+        with _socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        args = ["watch", "--pid", str(pid), "--listen", f"127.0.0.1:{self.port}", "--quiet"]
+        if lib:
+            args += ["--libcuda", lib]
+        if not full:
+            args += ["--counters", "none", "--no-gpu-clock"]
+        self.out = None
+        self.p = subprocess.Popen(clockalign_cmd(*args, *extra), env=child_env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def metrics(self):
+        import urllib.request
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics",
+                                          timeout=5).read().decode()
+        except OSError:
+            return ""
+
+    def wait_armed(self, timeout=120):
+        t_end = time.monotonic() + timeout
+        while "clockalign_probes_armed 1.0" not in self.metrics():
+            if self.p.poll() is not None or time.monotonic() > t_end:
+                raise SystemExit("clockalign watch did not start: " + self.p.stderr.read()[-2000:])
+            time.sleep(0.1)
+        time.sleep(0.3)
+
+    def totals(self):
+        from prometheus_client.parser import text_string_to_metric_families
+        counts, drops = {}, {}
+        for fam in text_string_to_metric_families(self.metrics()):
+            for smp in fam.samples:
+                if smp.name == "clockalign_events_total":
+                    counts[smp.labels["kind"]] = int(smp.value)
+                elif smp.name == "clockalign_events_dropped_total" and smp.value:
+                    drops[smp.labels["kind"]] = int(smp.value)
+        return counts, drops
+
+    def stop(self):
+        # the last calls may still sit in the event buffers (read every <= 50 ms): the
+        # totals are final once two scrapes 0.3 s apart agree
+        now, t_end = self.totals(), time.monotonic() + 10
+        while time.monotonic() < t_end:
+            time.sleep(0.3)
+            prev, now = now, self.totals()
+            if now == prev:
+                break
+        counts, drops = now
+        return {**self._end()[0], "size": 0, "counts": counts, "drops": drops,
+                "ring_peak_fill": None}
 
 
 # ---------------------------------------------------------------- part: micro
@@ -302,12 +368,13 @@ def part_micro(lib, storm, rounds, calls, only=None):
 
     configs = ["plain"] + [s[0] for s in STAGES] + [
         "pair_empty_multi", "probes_cuda", "probes_cuda_map", "probes_cuda_regs", "probes_all",
-        "clockalign_min", "clockalign_full"]
+        "clockalign_min", "clockalign_full", "watch"]
     if only:
         configs = [c for c in configs if c in only or c == "plain"]
     tmp = Path(tempfile.mkdtemp(prefix="pc-micro-"))
     results = {c: [] for c in configs}
     lost = {c: [] for c in configs}
+    recorders = {c: [] for c in configs if c.startswith("clockalign_") or c == "watch"}
     for rnd in range(rounds):
         order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
         for cfg in order:
@@ -319,8 +386,9 @@ def part_micro(lib, storm, rounds, calls, only=None):
                 detach = attach_empty_multi(st.pid)
             elif cfg.startswith("probes_"):
                 detach = attach_probes(cfg, st.pid)
-            elif cfg.startswith("clockalign_"):
-                rec = Recording(st.pid, tmp / f"{cfg}.ca", lib=lib, full=cfg.endswith("full"))
+            elif cfg.startswith("clockalign_") or cfg == "watch":
+                rec = (WatchRecording if cfg == "watch" else Recording)(
+                    st.pid, tmp / f"{cfg}.ca", lib=lib, full=cfg != "clockalign_min")
                 rec.wait_armed()
             lost0 = _lost(objs.get(cfg))
             res = st.go()
@@ -328,8 +396,12 @@ def part_micro(lib, storm, rounds, calls, only=None):
             if detach:
                 detach()
             if rec:
-                res["recording"] = rec.stop()
-                lost[cfg].append(sum((res["recording"]["drops"] or {}).values()))
+                res["recording"] = r = rec.stop()
+                lost[cfg].append(sum((r["drops"] or {}).values()))
+                recorders[cfg].append({"cpu_s": r["cpu_user_s"] + r["cpu_sys_s"],
+                                       "max_rss_mb": r["max_rss_mb"],
+                                       "cuda_events": (r["counts"] or {}).get("cuda"),
+                                       "returncode": r["returncode"]})
             elif cfg in objs:
                 lost[cfg].append(_lost(objs[cfg]) - lost0)
             results[cfg].append(res["ns_per_call"])
@@ -384,10 +456,12 @@ def part_micro(lib, storm, rounds, calls, only=None):
                            probes_cuda_regs="same, --cuda-args registers (no user reads)",
                            probes_all="bpf/probes.c with sched/connect/thread tracepoints",
                            clockalign_min="clockalign record --counters none --no-gpu-clock",
-                           clockalign_full="clockalign record, everything on"),
+                           clockalign_full="clockalign record, everything on",
+                           watch="clockalign watch (no run file), everything on"),
             "first_instructions": first_instructions(lib, ["cuLaunchKernel"]),
             "ns_per_call": {c: summarize(v) for c, v in results.items()},
             "lost_per_run": lost,
+            "recorders": recorders,
             "bpf_stats": stats}
 
 
@@ -628,6 +702,17 @@ def render(res) -> str:
                        f"{(s['median'] - plain) / (pair - plain) if pair > plain else float('nan'):.2f}× | "
                        f"{'' if bpf is None else f'{bpf:.0f} ns'} |")
         out.append("")
+        recs = {c: v for c, v in (mi.get("recorders") or {}).items() if v}
+        if recs:
+            out += ["| recorder | CPU s a run (median) | max RSS MB (max) | CUDA events a run "
+                    "(each run's) | exit codes |", "|---|---|---|---|---|"]
+            for c, runs in recs.items():
+                out.append(f"| {c} | {statistics.median(r['cpu_s'] for r in runs):.2f} | "
+                           f"{max(r['max_rss_mb'] for r in runs):.0f} | "
+                           f"{', '.join(str(r['cuda_events']) for r in runs)} (of "
+                           f"{mi['calls_per_run']} calls) | "
+                           f"{sorted(set(r['returncode'] for r in runs))} |")
+            out.append("")
     mo = res.get("model")
     if mo and not mo.get("skipped"):
         out += [f"## ResNet-18 fp16 batch 1 ({mo['workload'].get('device')}, torch "

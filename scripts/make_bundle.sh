@@ -30,7 +30,7 @@ rm -rf root/usr/src/linux-headers-*-common/Documentation root/usr/src/linux-head
 mkdir -p root/wheels
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_17_x86_64 --platform any -d root/wheels \
-    perfetto msgpack click zstandard >/dev/null
+    perfetto msgpack click zstandard prometheus_client >/dev/null   # prometheus_client: watch
 ls *.deb > root/BUNDLE-CONTENTS
 ls root/wheels >> root/BUNDLE-CONTENTS
 tar -C root -cJf "$OUT/clockalign-bcc-bundle.tar.xz" .

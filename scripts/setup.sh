@@ -36,6 +36,16 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# --- watch (issue 11): promtool, Prometheus and Alertmanager for the rules' tests
+for pkg in prometheus prometheus-alertmanager; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed"; then
+        say "installing $pkg (clockalign watch's rule and alert tests)"
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
+    fi
+done
+# --- end watch
+
 if ! have_headers; then
     build=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -1 || true)
     common=$(ls -d /usr/src/linux-headers-*-common 2>/dev/null | sort -V | tail -1 || true)

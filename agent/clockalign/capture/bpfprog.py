@@ -18,7 +18,7 @@ from ..store.schema import EVENT_DTYPE, Kind
 from . import cuda_stubs
 from .perfbuf import PerfBuffers, online_cpus, per_cpu_size
 from .uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
-from .tracefs import tracepoint_exists, tracepoint_field_is_dataloc
+from .tracefs import tracepoint_exists, tracepoint_field_is_dataloc, tracepoint_fields
 
 CA_NEST = 2       # bpf/clockalign.h: probed calls one thread can be inside at once
 
@@ -29,6 +29,7 @@ class ProbeOptions:
     connect: bool = True
     sched: bool = True
     xid: bool = True
+    tcp: bool = True              # TCP resets and retransmits of the targets' sockets
     follow_children: bool = False
     ring_mb: float = None         # event buffers, all CPUs together (None: 8 MiB a CPU)
     max_threads: int = 65536
@@ -101,6 +102,11 @@ def build_cflags(opts: ProbeOptions):
         flags.append("-DCA_FOLLOW_CHILDREN")
     if tracepoint_field_is_dataloc("sched", "sched_process_fork", "child_comm"):
         flags.append("-DCA_FORK_COMM_DATALOC")
+    if opts.tcp:
+        flags_tcp, why = tcp_cflags()
+        flags.extend(flags_tcp)
+        if why:
+            notes.append(why)
     if opts.xid:
         if tracepoint_exists("nvidia", "nvidia_dev_xid"):
             flags.append("-DCA_XID")
@@ -114,6 +120,44 @@ def build_cflags(opts: ProbeOptions):
             notes.append("tracepoint nvidia:nvidia_dev_xid not present (NVIDIA driver not "
                          "loaded?): Xids come only from NVML/DCGM, stamped on receipt")
     return flags, notes
+
+
+# what bpf/probes.c's CA_TCP part reads of each tracepoint (the 6.x layouts)
+TCP_FIELDS = {
+    ("sock", "inet_sock_set_state"): ("skaddr", "oldstate", "newstate", "sport", "protocol"),
+    ("tcp", "tcp_receive_reset"): ("skaddr", "sport", "dport", "family", "saddr", "daddr",
+                                   "saddr_v6", "daddr_v6"),
+    ("tcp", "tcp_retransmit_skb"): ("skaddr", "state", "sport", "dport", "family", "saddr",
+                                    "daddr", "saddr_v6", "daddr_v6"),
+}
+
+
+# bpf/probes.c struct ca_tcp_send_reset: (field, offset, size) as tracefs must show them
+SEND_RESET_LAYOUT = (("skaddr", 16, 8), ("state", 24, 4), ("saddr", 32, 28), ("daddr", 60, 28))
+
+
+def tcp_cflags():
+    """(-D flags for the TCP probes, why they are off or None): on where every tracepoint
+    has the fields read; the reset reason and retransmit error where the kernel has them."""
+    for (cat, ev), need in TCP_FIELDS.items():
+        have = tracepoint_fields(cat, ev)
+        if not have:
+            return [], f"tracepoint {cat}:{ev} not present: TCP resets/retransmits not traced"
+        missing = [f for f in need if f not in have]
+        if missing:
+            return [], (f"tracepoint {cat}:{ev} lacks {', '.join(missing)} on this kernel: TCP "
+                        "resets/retransmits not traced")
+    send_reset = tracepoint_fields("tcp", "tcp_send_reset")
+    if any(send_reset.get(name, ("",))[1:] != (off, size)
+           for name, off, size in SEND_RESET_LAYOUT):
+        return [], ("tcp:tcp_send_reset has another layout on this kernel (bpf/probes.c "
+                    "struct ca_tcp_send_reset): TCP resets/retransmits not traced")
+    flags = ["-DCA_TCP"]
+    if "reason" in send_reset:
+        flags.append("-DCA_TCP_RESET_REASON")
+    if "err" in tracepoint_fields("tcp", "tcp_retransmit_skb"):
+        flags.append("-DCA_TCP_RETRANSMIT_ERR")
+    return flags, None
 
 
 def bpf_text():
@@ -176,6 +220,12 @@ class Probes:
         t = self._bpf["targets"]
         for tgid in tgids:
             t[ctypes.c_uint32(int(tgid))] = ctypes.c_uint8(1)
+        if "-DCA_TCP" in self.cflags:     # listeners opened before the probes were loaded
+            from .targets import listening_ports
+            ports = self._bpf["tcp_ports"]
+            for tgid in tgids:
+                for port in listening_ports(int(tgid)):
+                    ports[ctypes.c_uint16(port)] = ctypes.c_uint32(int(tgid))
 
     def targets(self):
         return sorted(int(k.value) for k in self._bpf["targets"].keys())

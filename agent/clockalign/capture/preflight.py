@@ -18,7 +18,9 @@ REQUIRED_TRACEPOINTS = [
     ("syscalls", "sys_enter_connect"), ("syscalls", "sys_exit_connect"),
     ("syscalls", "sys_enter_exit_group"), ("signal", "signal_generate"),
 ]
-OPTIONAL_TRACEPOINTS = [("nvidia", "nvidia_dev_xid")]
+OPTIONAL_TRACEPOINTS = [("nvidia", "nvidia_dev_xid"), ("sock", "inet_sock_set_state"),
+                        ("tcp", "tcp_send_reset"), ("tcp", "tcp_receive_reset"),
+                        ("tcp", "tcp_retransmit_skb")]
 SETUP = "run scripts/setup.sh"
 
 

@@ -20,20 +20,22 @@ import numpy as np
 from .. import __version__
 from ..errors import ClockalignError, RunFileWriteError
 from ..store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, KIND_NAMES, Chunk, Kind
-from ..store.writer import RunWriter, check_output
+from ..store.writer import check_output
 from . import preflight, targets
 from .bpfprog import ProbeOptions, Probes
 from .drain import Drain
 from .container import describe as describe_container, own_mount_namespace
 from .libcuda import locate as locate_libcuda, resolve_like_loader
+from .sinks import open_writer
 
 POLL_S = 0.05
 FLUSH_S = 0.25
+STATUS_S = 1.0    # a STATUS row (event counts, drops so far) this often
 
 
 @dataclasses.dataclass
 class RecordOptions:
-    output: str = "clockalign.ca"
+    output: str = "clockalign.ca"     # None: no run file (then sinks get everything)
     pids: list = dataclasses.field(default_factory=list)
     command: list = None
     duration: float = None
@@ -52,6 +54,7 @@ class RecordOptions:
     status: bool = None               # default: on when stderr is a TTY
     env: dict = None                  # environment of a spawned command (default: ours)
     force: bool = False               # -o may replace a file that is not a run, or a symlink
+    sinks: list = dataclasses.field(default_factory=list)   # fed every chunk (capture/sinks.py)
 
 
 def _now():
@@ -201,8 +204,11 @@ class Recorder:
             if tgid is not None and tgid != pid:
                 raise ClockalignError(f"{pid} is a thread of process {tgid}, not a process: "
                                       f"record it with --pid {tgid}")
+        if o.output is None and not o.sinks:
+            raise ClockalignError("nothing to write to: give a run file")
         preflight.require(needs_cuda=o.cuda)
-        check_output(o.output, force=o.force)
+        if o.output is not None:
+            check_output(o.output, force=o.force)
         self.gpus, self.gpu_why = _gpu_inventory()
         env = dict(o.env if o.env is not None else os.environ)
         if o.gpu_activity:
@@ -234,7 +240,8 @@ class Recorder:
         old = self._install_signals()
         try:
             with probes:
-                self.writer = RunWriter(o.output, self._meta(tgids, cuda_lib, probes))
+                self.writer = open_writer(o.output, self._meta(tgids, cuda_lib, probes),
+                                          o.sinks)
                 self.writer.write_rows(Chunk.NOTICES, self.notices)
                 for n in probes.notes:
                     self.notice(n)
@@ -361,7 +368,7 @@ class Recorder:
     def _write_until_stop(self, drain, tgids, probes):
         o = self.opts
         t_start = time.monotonic()
-        last_flush = last_status = t_start
+        last_flush = last_status = last_row = t_start
         show = o.status if o.status is not None else sys.stderr.isatty()
         while not self._stop.is_set():
             batch = drain.get(timeout=POLL_S)
@@ -371,6 +378,9 @@ class Recorder:
             if now - last_flush >= FLUSH_S:
                 self.writer.flush()
                 last_flush = now
+            if now - last_row >= STATUS_S:
+                self._status_row(probes)
+                last_row = now
             if show and now - last_status >= 0.5:
                 self._status_line(now - t_start, probes)
                 last_status = now
@@ -391,12 +401,20 @@ class Recorder:
         if show:
             sys.stderr.write("\n")
 
+    def _status_row(self, probes):
+        try:
+            self.writer.write_rows(Chunk.STATUS, [{"t_ns": _now(), "events": dict(self.counts),
+                                                   "drops": probes.drops()}])
+        except RunFileWriteError as e:
+            self._write_failed(e)
+
     def _status_line(self, elapsed, probes):
         kinds = " ".join(f"{k}={v}" for k, v in self.counts.items() if v)
         drops = sum(probes.drops().values())
-        size = self.writer.size
+        where = (f"{self.writer.size / 1e6:.1f} MB" if self.opts.output is not None else "")
+        extra = getattr(self.writer, "status_text", lambda: "")()
         sys.stderr.write(f"\r{elapsed:7.1f}s  {kinds or 'no events yet'}  drops={drops}  "
-                         f"{size / 1e6:.1f} MB\033[K")
+                         f"{'  '.join(t for t in (where, extra) if t)}\033[K")
         sys.stderr.flush()
 
     def _snapshot_threads(self, tgids):
@@ -454,8 +472,8 @@ class Recorder:
             self._write_failed(e)
         if getattr(self, "write_error", None) is not None:
             raise self.write_error
-        self.summary = {"output": self.opts.output, "size": os.path.getsize(self.opts.output),
-                        **trailer}
+        self.summary = {"output": self.opts.output, **trailer,
+                        "size": os.path.getsize(self.opts.output) if self.opts.output else 0}
 
     def _write_failed(self, e):
         """The run file could not be written (a full disk): stop; run() reports it once."""

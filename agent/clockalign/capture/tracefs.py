@@ -47,3 +47,15 @@ def tracepoint_field_is_dataloc(category: str, event: str, field: str) -> bool:
         if decl.startswith("field:") and decl.split()[-1].split("[")[0] == field:
             return "__data_loc" in decl
     return False
+
+
+def tracepoint_fields(category: str, event: str) -> dict:
+    """{field name: (declaration, offset, size)} of a tracepoint ({} where it is absent)."""
+    out = {}
+    for line in (tracepoint_format(category, event) or "").splitlines():
+        parts = dict(p.strip().split(":", 1) for p in line.strip().split(";") if ":" in p)
+        if "field" in parts and "offset" in parts and "size" in parts:
+            decl = parts["field"]
+            out[decl.split()[-1].split("[")[0]] = (decl, int(parts["offset"]),
+                                                   int(parts["size"]))
+    return out

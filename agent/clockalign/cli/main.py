@@ -14,8 +14,8 @@ from .. import __version__
 from ..errors import ClockalignError
 
 # module name under clockalign.cli -> each exposes ``command`` (a click.Command)
-_COMMANDS = ["doctor", "record", "info", "dump", "align", "faults", "export", "report", "demo",
-             "inject"]
+_COMMANDS = ["doctor", "record", "watch", "info", "dump", "align", "faults", "export", "report",
+             "demo", "inject"]
 
 
 class _Group(click.Group):

@@ -20,34 +20,81 @@ Examples:
 """
 
 
+def probe_options(f):
+    """The options `record` and `watch` share: targets, probes, counters, clocks, buffers."""
+    opts = [
+        click.option("--pid", "pids", type=int, multiple=True,
+                     help="Process to record (repeatable)."),
+        click.option("--force", is_flag=True, help="Let -o replace a file that is not a run "
+                     "file, or write through a symbolic link."),
+        click.option("--duration", type=click.FloatRange(0, min_open=True),
+                     help="Stop after this many seconds (> 0)."),
+        click.option("--libcuda", type=click.Path(dir_okay=False), help="libcuda to probe, a "
+                     "path on this host (default: the one each target maps, or would load, in "
+                     "its own root)."),
+        click.option("--no-cuda", is_flag=True, help="Record without CUDA driver probes."),
+        click.option("--cuda-args", type=click.Choice(["full", "registers"]), default="full",
+                     show_default=True,
+                     help="'registers': keep only the arguments passed in registers (no stack "
+                          "arguments such as a launch's stream, no struct fields, "
+                          "out-parameters or kernel names), saving one user-memory read per "
+                          "call (results/overhead/ says how much)."),
+        click.option("--follow-children/--no-follow-children", default=None,
+                     help="Also record processes the targets fork (default: on for a "
+                          "command)."),
+        click.option("--counters", type=click.Choice(["auto", "nvml", "dcgm", "none"]),
+                     default="auto", show_default=True, help="GPU counter backend."),
+        click.option("--counter-interval", type=float, default=0.1, show_default=True,
+                     help="Seconds between counter samples (>= 0.01)."),
+        click.option("--no-gpu-clock", is_flag=True, help="Do not probe the GPU clocks."),
+        click.option("--gpu-clock-period", type=float, default=1.0, show_default=True,
+                     help="Seconds between GPU clock bursts."),
+        click.option("--gpu-clock-pings", type=int, default=64, show_default=True,
+                     help="Pings per GPU clock burst."),
+        click.option("--ring-mb", type=click.FloatRange(0, MAX_RING_MB, min_open=True),
+                     default=None,
+                     help="Event buffer MiB, all CPUs together (one perf buffer per CPU, a "
+                          "power of two pages each; default 8 MiB a CPU, at most 512 MiB)."),
+        click.option("--quiet", is_flag=True, help="No live status line."),
+        click.option("--dump-bpf", is_flag=True,
+                     help="Print the BPF program and cflags, then exit."),
+        click.argument("command", nargs=-1, type=click.UNPROCESSED),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def dump_bpf_text(no_cuda, libcuda, cuda_args, ring_mb) -> str:
+    from ..capture.bpfprog import ProbeOptions, dump_bpf as dump
+    return dump(ProbeOptions(cuda_lib=None if no_cuda else (libcuda or "libcuda.so.1"),
+                             cuda_args=cuda_args, ring_mb=ring_mb))
+
+
+def record_options(output, force, pids, duration, libcuda, no_cuda, cuda_args, follow_children,
+                   counters, counter_interval, no_gpu_clock, gpu_clock_period, gpu_clock_pings,
+                   ring_mb, quiet, command, **extra) -> RecordOptions:
+    """RecordOptions from probe_options' values, each checked (one sentence when bad);
+    extra: RecordOptions fields only one command has."""
+    if counter_interval < 0.01:
+        raise click.BadParameter("must be >= 0.01 s", param_hint="--counter-interval")
+    if not no_gpu_clock and gpu_clock_pings < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--gpu-clock-pings")
+    if not no_gpu_clock and not gpu_clock_period > 0:
+        raise click.BadParameter("must be more than 0 s", param_hint="--gpu-clock-period")
+    _check_ring_memory(ring_mb)
+    return RecordOptions(output=output, force=force, pids=list(pids),
+                         command=list(command) or None, duration=duration, libcuda=libcuda,
+                         cuda=not no_cuda, cuda_args=cuda_args,
+                         follow_children=follow_children, ring_mb=ring_mb, counters=counters,
+                         counter_interval=counter_interval, gpu_clock=not no_gpu_clock,
+                         gpu_clock_period=gpu_clock_period, gpu_clock_pings=gpu_clock_pings,
+                         status=False if quiet else None, **extra)
+
+
 @click.command("record", epilog=EPILOG, context_settings={"ignore_unknown_options": False})
-@click.option("--pid", "pids", type=int, multiple=True, help="Process to record (repeatable).")
 @click.option("-o", "--output", default="clockalign.ca", show_default=True,
               help="Run file (created 0600, owned by the sudo user).")
-@click.option("--force", is_flag=True, help="Let -o replace a file that is not a run file, or "
-              "write through a symbolic link.")
-@click.option("--duration", type=click.FloatRange(0, min_open=True),
-              help="Stop after this many seconds (> 0).")
-@click.option("--libcuda", type=click.Path(dir_okay=False), help="libcuda to probe, a path on "
-              "this host (default: the one each target maps, or would load, in its own root).")
-@click.option("--no-cuda", is_flag=True, help="Record without CUDA driver probes.")
-@click.option("--cuda-args", type=click.Choice(["full", "registers"]), default="full",
-              show_default=True,
-              help="'registers': keep only the arguments passed in registers (no stack "
-                   "arguments such as a launch's stream, no struct fields, out-parameters "
-                   "or kernel names), saving one user-memory read per call "
-                   "(results/overhead/ says how much).")
-@click.option("--follow-children/--no-follow-children", default=None,
-              help="Also record processes the targets fork (default: on for a command).")
-@click.option("--counters", type=click.Choice(["auto", "nvml", "dcgm", "none"]), default="auto",
-              show_default=True, help="GPU counter backend.")
-@click.option("--counter-interval", type=float, default=0.1, show_default=True,
-              help="Seconds between counter samples (>= 0.01).")
-@click.option("--no-gpu-clock", is_flag=True, help="Do not probe the GPU clocks.")
-@click.option("--gpu-clock-period", type=float, default=1.0, show_default=True,
-              help="Seconds between GPU clock bursts.")
-@click.option("--gpu-clock-pings", type=int, default=64, show_default=True,
-              help="Pings per GPU clock burst.")
 @click.option("--gpu-activity", is_flag=True,
               help="Spawn mode: inject CUPTI into the command (CUDA_INJECTION64_PATH) and record "
                    "every kernel, copy and memset it runs on the GPU, on the GPU's own clock, "
@@ -56,15 +103,8 @@ Examples:
               default="raw", show_default=True,
               help="'converted': keep CUPTI's own conversion to CPU time (no stated bound; "
                    "for comparisons).")
-@click.option("--ring-mb", type=click.FloatRange(0, MAX_RING_MB, min_open=True), default=None,
-              help="Event buffer MiB, all CPUs together (one perf buffer per CPU, a power of "
-                   "two pages each; default 8 MiB a CPU, at most 512 MiB).")
-@click.option("--quiet", is_flag=True, help="No live status line.")
-@click.option("--dump-bpf", is_flag=True, help="Print the BPF program and cflags, then exit.")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def command(pids, output, force, duration, libcuda, no_cuda, cuda_args, follow_children, counters,
-            counter_interval, no_gpu_clock, gpu_clock_period, gpu_clock_pings, gpu_activity,
-            gpu_activity_timestamps, ring_mb, quiet, dump_bpf, command):
+@probe_options
+def command(output, dump_bpf, gpu_activity, gpu_activity_timestamps, **kw):
     """Record CUDA driver calls, context switches, connect(), Xids, GPU clocks and counters
     of running processes (--pid) or of a COMMAND given after --, until --duration,
     Ctrl-C/SIGTERM or the targets' exit.
@@ -75,28 +115,10 @@ def command(pids, output, force, duration, libcuda, no_cuda, cuda_args, follow_c
     'clockalign info').  Spawn mode (-- COMMAND) runs the command on this host, never
     inside a container: start the service in its container, then use --pid."""
     if dump_bpf:
-        from ..capture.bpfprog import ProbeOptions, dump_bpf as dump
-        click.echo(dump(ProbeOptions(cuda_lib=None if no_cuda else (libcuda or "libcuda.so.1"),
-                                     cuda_args=cuda_args,
-                                     ring_mb=ring_mb)))
+        click.echo(dump_bpf_text(kw["no_cuda"], kw["libcuda"], kw["cuda_args"], kw["ring_mb"]))
         return
-    if counter_interval < 0.01:
-        raise click.BadParameter("must be >= 0.01 s", param_hint="--counter-interval")
-    if not no_gpu_clock and gpu_clock_pings < 1:
-        raise click.BadParameter("must be at least 1", param_hint="--gpu-clock-pings")
-    if not no_gpu_clock and not gpu_clock_period > 0:
-        raise click.BadParameter("must be more than 0 s", param_hint="--gpu-clock-period")
-    _check_ring_memory(ring_mb)
-    opts = RecordOptions(output=output, force=force, pids=list(pids), command=list(command) or None,
-                         duration=duration, libcuda=libcuda, cuda=not no_cuda,
-                         cuda_args=cuda_args,
-                         follow_children=follow_children, ring_mb=ring_mb, counters=counters,
-                         counter_interval=counter_interval, gpu_clock=not no_gpu_clock,
-                         gpu_clock_period=gpu_clock_period, gpu_clock_pings=gpu_clock_pings,
-                         gpu_activity=gpu_activity,
-                         gpu_activity_timestamps=gpu_activity_timestamps,
-                         status=False if quiet else None)
-    s = Recorder(opts).run()
+    s = Recorder(record_options(output, **kw, gpu_activity=gpu_activity,
+                                gpu_activity_timestamps=gpu_activity_timestamps)).run()
     counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items() if v) or "no events"
     drops = sum(s["drops"].values())
     click.echo(f"wrote {s['output']} ({s['size'] / 1e6:.2f} MB): {counts}; "

@@ -13,7 +13,7 @@ import struct
 import numpy as np
 
 from . import cuda_api
-from .schema import (CUDA_FUNCTIONS, EVENT_DTYPE, KIND_NAMES, XID_PART_LEN, Kind,
+from .schema import (CUDA_FUNCTIONS, EVENT_DTYPE, KIND_NAMES, XID_PART_LEN, Kind, TcpCode,
                      task_state_name, unpack_dims)
 
 
@@ -143,7 +143,8 @@ def event_dicts(ev: np.ndarray, t_field="ts", xid_messages: XidMessages = None):
         elif kind == Kind.SCHED:
             d.update(off_cpu_ns=int(e["dur"]), prev_state=task_state_name(int(e["ret"])),
                      preempted=bool(e["code"]), wakeup_to_run_ns=int(e["a0"]),
-                     cpu_out=int(e["a1"]), cpu_in=int(e["a2"]))
+                     cpu_out=int(e["a1"]), cpu_in=int(e["a2"]),
+                     in_cuda=cuda_api.function_name(e["a3"]) if int(e["a3"]) else None)
         elif kind == Kind.XID:
             dev, msg, whole = xid_messages.of(e)
             d.update(code=int(e["ret"]), dev=dev, msg=msg, msg_whole=whole)
@@ -158,4 +159,9 @@ def event_dicts(ev: np.ndarray, t_field="ts", xid_messages: XidMessages = None):
         elif kind == Kind.SIGNAL:
             d.update(signal=int(e["ret"]), sender_pid=int(e["a0"]),
                      sender_comm=decode_comm(data[i]), result=int(e["code"]))
+        elif kind == Kind.TCP:
+            code = int(e["code"])
+            d.update(event=TcpCode(code).name.lower() if code in TcpCode._value2member_map_
+                     else str(code), local=decode_sockaddr(bytes(data[i])[:28]),
+                     remote=decode_sockaddr(bytes(data[i])[28:56]), state=int(e["ret"]))
         yield d

@@ -25,7 +25,8 @@ class Kind(enum.IntEnum):
     CUDA_UNFINISHED = 2  # a driver call still in flight when the recording stopped
     CONNECT = 3         # connect(): ts=enter, dur, ret=0 or -errno, a0=fd, a1=addrlen, data=sockaddr
     SCHED = 4           # one off-CPU interval: ts=switch-out, dur=off-CPU ns, ret=prev_state,
-                        # code=1 preempted / 0 blocked, a0=wakeup-to-run ns, a1=cpu out, a2=cpu in
+                        # code=1 preempted / 0 blocked, a0=wakeup-to-run ns, a1=cpu out, a2=cpu in,
+                        # a3=id of the CUDA call it was switched out inside (0: none)
     XID = 5             # nvidia_dev_xid: ret=error_code, data=dev[16] + msg[40] (its first 39
                         # bytes), a0=message length, a1=XID_MSG parts sent before it
     THREAD_NEW = 6      # clone by a target: tid=child, a0=parent tid, data=comm
@@ -34,9 +35,21 @@ class Kind(enum.IntEnum):
     PROC_EXIT = 9       # exit_group(): ret=exit code
     SIGNAL = 10         # a signal sent to a target: ret=signal, a0=sender tgid, code=result,
                         # data=sender comm
+    TCP = 11            # a TCP reset or retransmit on a target's socket: code=TcpCode, pid=owner,
+                        # tid=0 unless in the owner's context, ret=TCP state (0 for a received
+                        # reset), a0=reset reason / retransmit error, data=local + remote
+                        # sockaddr (28 bytes each)
     XID_MSG = 12        # one XID_PART_LEN piece of an Xid's whole message, sent before the XID
                         # (same ts, pid, tid): code=part index, ret=message length, bytes in
                         # a0..a4 + data.  Readers join them (store/decode.XidMessages).
+
+
+class TcpCode(enum.IntEnum):
+    """``ca_event.code`` of a TCP event (bpf/clockalign.h CA_TCP_*)."""
+
+    RESET_SENT = 1
+    RESET_RECEIVED = 2
+    RETRANSMIT = 3
 
 
 KIND_NAMES = {k: k.name.lower() for k in Kind}

@@ -29,6 +29,7 @@ STAMPS = {
     Kind.THREAD_EXIT: ("tracepoint", 0),  # sched:sched_process_exit
     Kind.PROC_EXIT: ("tracepoint", 0),    # syscalls:sys_enter_exit_group
     Kind.SIGNAL: ("tracepoint", 0),       # signal:signal_generate
+    Kind.TCP: ("tracepoint", 0),          # tcp:tcp_send_reset / tcp_receive_reset / ...
 }
 STAMP_UNC_NS = {k: unc for k, (_, unc) in STAMPS.items()}
 

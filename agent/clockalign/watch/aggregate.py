@@ -1,0 +1,358 @@
+"""Live aggregation of a recording into bounded state: counters and fixed-bucket histograms.
+
+An Aggregator is a recorder sink (capture/sinks.py): it is handed every chunk the run file
+would get — event batches (numpy columns of EVENT_DTYPE), counter samples, GPU clock
+sandwiches, status rows — and folds each into totals at once; no event is kept.  Memory
+is bounded by the label values (pids, peers, results: each capped, the rest counted as
+"other"), a few hundred counter samples per GPU, about ten seconds of clock sandwiches per
+GPU and at most MAX_PENDING allocation failures waiting for their next free-memory sample.
+
+    agg = Aggregator()
+    agg.open(meta); agg.write_columns(Chunk.EVENTS, cols); ...
+    snap = agg.snapshot()          # plain copies, for the Prometheus collector
+"""
+import collections
+import threading
+
+import numpy as np
+
+from ..store import cuda_api
+from ..store.counter_fields import CLOCK_REASONS, FIELD_BY_NAME
+from ..store.decode import cstring, decode_sockaddr
+from ..store.schema import Chunk, Kind, TcpCode
+from ..timeline.codes import cuda_result_name, errno_name
+from .histogram import (CONNECT_BOUNDS_NS, CUDA_CALL_BOUNDS_NS, MODULE_LOAD_BOUNDS_NS,
+                        WAKEUP_BOUNDS_NS, Histogram)
+
+OTHER = "other"
+MAX_PIDS = 256              # distinct pid label values (followed children can be many)
+MAX_PEERS = 64              # distinct connect() peers
+MAX_RESULTS = 64            # distinct CUDA results / errno names
+MAX_PENDING = 1024          # allocation failures waiting for the free-memory sample after them
+STALE_NS = 5_000_000_000    # no sample that long after the call (counters off): not judged
+FREE_SAMPLES = 600          # free-memory samples kept per GPU (60 s at the 0.1 s default)
+CLOCK_CHUNKS = 10           # GPU clock bursts kept per GPU for the live fit (~10 s)
+MODULE_IDS = cuda_api.ids("module")
+ALLOC_IDS = np.array(cuda_api.ALLOC_IDS, dtype=np.uint16)
+MEM_FREE = FIELD_BY_NAME["mem_free"]
+CLOCK_EVENT_REASONS = FIELD_BY_NAME["clock_event_reasons"]
+OOM = 2                     # CUDA_ERROR_OUT_OF_MEMORY
+# a non-blocking connect() returns EINPROGRESS and finishes later: not an error
+CONNECT_NOT_ERRORS = ("EINPROGRESS", "EALREADY", "EISCONN")
+_BYTES_SLOT = {f.id: f.slot("bytes") for f in cuda_api.FUNCTIONS.values() if f.allocates}
+_DEVICE_SLOT = {f.id: f.slot("device") for f in cuda_api.FUNCTIONS.values()
+                if f.allocates and f.slot("device") is not None}
+
+
+class Capped:
+    """Label values as first seen, at most ``limit`` of them; later ones read as 'other'."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.seen = set()
+        self.folded = 0           # values turned into "other"
+
+    def __call__(self, value: str) -> str:
+        if value in self.seen:
+            return value
+        if len(self.seen) < self.limit:
+            self.seen.add(value)
+            return value
+        self.folded += 1
+        return OTHER
+
+
+class Aggregator:
+    def __init__(self, on_open=None):
+        self._on_open = on_open                         # called once the probes are armed
+        self._lock = threading.Lock()
+        self._pid = Capped(MAX_PIDS)
+        self._peer = Capped(MAX_PEERS)
+        self._result = Capped(MAX_RESULTS)
+        self.cuda_calls = collections.Counter()        # (pid, function, result)
+        self.cuda_duration = {}                         # function -> Histogram
+        self.offcpu_in_cuda_ns = collections.Counter()  # (pid, state)
+        self.wakeup = Histogram(WAKEUP_BOUNDS_NS)
+        self.connects = collections.Counter()           # (pid, peer, result)
+        self.connect_duration = {}                      # peer -> Histogram
+        self.tcp_resets = collections.Counter()         # (pid, direction)
+        self.tcp_retransmits = collections.Counter()    # (pid,)
+        self.alloc_failures = collections.Counter()     # (pid, function)
+        self.fragmentation = collections.Counter()      # (pid, gpu)
+        self.fragmentation_unjudged = collections.Counter()   # (pid, why)
+        self.module_load = Histogram(MODULE_LOAD_BOUNDS_NS)
+        self.xids = collections.Counter()               # (gpu, code)
+        self.events = collections.Counter()             # kind name -> events aggregated
+        self.dropped = {}                               # kind -> total (the probes' own)
+        self.own_drops = collections.Counter()          # what the aggregator had to give up
+        self.counters = {}                              # (gpu, field id) -> (value, recv_mono_ns)
+        self.clock_unc_ns = {}                          # gpu -> ns
+        self.clock_errors = 0
+        self.gpus = []
+        self.armed = False
+        self.closed = False
+        self.scrapes = 0                                # set by the collector
+        self._xid_from_bpf = False
+        self._pci = {}
+        self._free = {}                                 # gpu -> deque[(t_from, t_to, bytes)]
+        self._pending = collections.deque()             # (pid, gpu, entry, end, bytes)
+        self._latest_ns = 0                             # the latest CUDA call's entry
+        self._clock = {}                                # gpu -> deque of (t0, remote, t1)
+        self._ticks = {}
+
+    # ------------------------------------------------------------- the sink interface
+    def open(self, meta: dict) -> None:
+        with self._lock:
+            self.gpus = list(meta.get("gpus") or [])
+            self._pci = {_pci_key(g.get("pci_bus_id", "")): g["index"] for g in self.gpus}
+            self._xid_from_bpf = "-DCA_XID" in (meta.get("cflags") or [])
+            self.armed = True
+        if self._on_open:
+            self._on_open()
+
+    def close(self, trailer: dict = None) -> None:
+        with self._lock:
+            if trailer and trailer.get("drops") is not None:
+                self.dropped = dict(trailer["drops"])
+            self.closed = True
+
+    def write_rows(self, ctype: int, rows: list) -> None:
+        if ctype == Chunk.STATUS:
+            with self._lock:
+                for r in rows:
+                    self.dropped = dict(r.get("drops") or {})
+        elif ctype == Chunk.GPU_EVENTS and not self._xid_from_bpf:
+            with self._lock:
+                for r in rows:
+                    if r.get("type") == "xid":
+                        self.xids[(str(r.get("gpu")), str(r.get("code")))] += 1
+        elif ctype == Chunk.CLOCK_INFO:
+            with self._lock:
+                for r in rows:
+                    if isinstance(r, dict) and str(r.get("domain", "")).startswith("GPU"):
+                        self._ticks[r["domain"][3:]] = int(r.get("tick_ns") or 0)
+
+    def write_columns(self, ctype: int, cols: dict) -> None:
+        if ctype == Chunk.EVENTS:
+            with self._lock:
+                self._events(cols)
+        elif ctype == Chunk.COUNTERS:
+            with self._lock:
+                self._counters(cols)
+        elif ctype == Chunk.GPU_CLOCK:
+            self._gpu_clock(cols)
+
+    # ------------------------------------------------------------- events
+    def _events(self, c):
+        kind = np.asarray(c["kind"])
+        if not len(kind):
+            return
+        for k, n in zip(*np.unique(kind, return_counts=True)):
+            self.events[Kind(k).name.lower() if k in Kind._value2member_map_ else str(k)] += \
+                int(n)
+        sel = {k: np.flatnonzero(kind == k) for k in (Kind.CUDA, Kind.SCHED, Kind.CONNECT,
+                                                     Kind.TCP, Kind.XID)}
+        if len(sel[Kind.CUDA]):
+            self._cuda({f: np.asarray(c[f])[sel[Kind.CUDA]]
+                        for f in ("ts", "dur", "pid", "code", "ret", "a0", "a1", "a2", "a3",
+                                  "a4")})
+        if len(sel[Kind.SCHED]):
+            self._sched({f: np.asarray(c[f])[sel[Kind.SCHED]]
+                         for f in ("dur", "pid", "code", "a0", "a3")})
+        for i in sel[Kind.CONNECT]:
+            self._connect(int(c["pid"][i]), int(c["ret"][i]), int(c["dur"][i]),
+                          decode_sockaddr(c["data"][i], c["a1"][i]))
+        for i in sel[Kind.TCP]:
+            pid, code = self._pid(str(int(c["pid"][i]))), int(c["code"][i])
+            if code == TcpCode.RETRANSMIT:
+                self.tcp_retransmits[(pid,)] += 1
+            elif code in (TcpCode.RESET_SENT, TcpCode.RESET_RECEIVED):
+                self.tcp_resets[(pid, "sent" if code == TcpCode.RESET_SENT
+                                 else "received")] += 1
+        for i in sel[Kind.XID]:
+            dev = cstring(c["data"][i], 0, 16)
+            gpu = self._pci.get(_pci_key(dev))
+            self.xids[(str(gpu) if gpu is not None else dev or "unknown",
+                       str(int(c["ret"][i])))] += 1
+
+    def _cuda(self, e):
+        self._latest_ns = max(self._latest_ns, int(e["ts"].max()))
+        keys, counts = np.unique(np.stack([e["pid"].astype(np.int64), e["code"].astype(np.int64),
+                                           e["ret"].astype(np.int64)], axis=1),
+                                 axis=0, return_counts=True)
+        for (pid, fid, ret), n in zip(keys.tolist(), counts.tolist()):
+            self.cuda_calls[(self._pid(str(pid)), cuda_api.function_name(fid),
+                             self._result(cuda_result_name(ret)))] += n
+        for fid in np.unique(e["code"]).tolist():
+            m = e["code"] == fid
+            name = cuda_api.function_name(fid)
+            h = self.cuda_duration.get(name)
+            if h is None:
+                h = self.cuda_duration[name] = Histogram(CUDA_CALL_BOUNDS_NS)
+            h.observe(e["dur"][m].astype(np.int64))
+            if fid in MODULE_IDS:
+                self.module_load.observe(e["dur"][m].astype(np.int64))
+        self._judge_stale()
+        failed = np.flatnonzero(np.isin(e["code"], ALLOC_IDS) & (e["ret"] != 0))
+        for i in failed.tolist():
+            fid, pid = int(e["code"][i]), self._pid(str(int(e["pid"][i])))
+            self.alloc_failures[(pid, cuda_api.function_name(fid))] += 1
+            if int(e["ret"][i]) == OOM:
+                self._alloc_refused(pid, fid, e, i)
+
+    def _sched(self, e):
+        inside = e["a3"] != 0
+        for pid, preempted, dur in zip(e["pid"][inside].tolist(), e["code"][inside].tolist(),
+                                       e["dur"][inside].tolist()):
+            self.offcpu_in_cuda_ns[(self._pid(str(pid)),
+                                    "preempted" if preempted else "blocked")] += dur
+        woke = e["a0"] > 0
+        self.wakeup.observe(e["a0"][woke].astype(np.int64))
+
+    def _connect(self, pid, ret, dur, peer):
+        peer = self._peer(peer)
+        result = "ok" if ret == 0 else self._result(errno_name(ret))
+        self.connects[(self._pid(str(pid)), peer, result)] += 1
+        h = self.connect_duration.get(peer)
+        if h is None:
+            h = self.connect_duration[peer] = Histogram(CONNECT_BOUNDS_NS)
+        h.observe([dur])
+
+    # ------------------------------------------------------------- fragmentation
+    def _alloc_gpu(self, fid, e, i):
+        """The GPU an allocation was for: its device argument, or the only GPU; None when
+        it cannot be known (several GPUs, the current context's device not recorded)."""
+        slot = _DEVICE_SLOT.get(fid)
+        if slot is not None:
+            dev = int(e[f"a{slot}"][i])
+            return str(dev) if any(g["index"] == dev for g in self.gpus) else None
+        return str(self.gpus[0]["index"]) if len(self.gpus) == 1 else None
+
+    def _alloc_refused(self, pid, fid, e, i):
+        gpu = self._alloc_gpu(fid, e, i)
+        if gpu is None:
+            self.fragmentation_unjudged[(pid, "no GPU" if not self.gpus else "device unknown")] \
+                += 1
+            return
+        slot = _BYTES_SLOT[fid]
+        entry = int(e["ts"][i])
+        item = (pid, gpu, entry, entry + int(e["dur"][i]), int(e[f"a{slot}"][i]))
+        if len(self._pending) >= MAX_PENDING:
+            self._pending.popleft()
+            self.own_drops["fragmentation_pending"] += 1
+        self._pending.append(item)
+        self._judge_pending()
+
+    def _judge_stale(self):
+        if self._pending and self._latest_ns - self._pending[0][3] > STALE_NS:
+            self._judge_pending()
+
+    def _judge_pending(self):
+        """Judge every waiting failure whose GPU has a free-memory sample taken entirely
+        after the call returned: fragmentation when the sample before the call and the
+        one after both showed at least the bytes asked for."""
+        keep = collections.deque()
+        for pid, gpu, entry, end, nbytes in self._pending:
+            samples = self._free.get(gpu)
+            after = next((s for s in samples if s[0] >= end), None) if samples else None
+            if after is None:
+                if self._latest_ns - end > STALE_NS:
+                    self.fragmentation_unjudged[(pid, "no sample after")] += 1
+                else:
+                    keep.append((pid, gpu, entry, end, nbytes))
+                continue
+            before = next((s for s in reversed(samples) if s[1] <= entry), None)
+            if before is None:
+                self.fragmentation_unjudged[(pid, "no sample before")] += 1
+            elif before[2] >= nbytes and after[2] >= nbytes:
+                self.fragmentation[(pid, gpu)] += 1
+        self._pending = keep
+
+    # ------------------------------------------------------------- counters and clocks
+    def _counters(self, c):
+        gpu, field = np.asarray(c["gpu"]), np.asarray(c["field"])
+        value, recv = np.asarray(c["value"]), np.asarray(c["recv_mono_ns"])
+        lat = np.asarray(c["latency_ns"])
+        for g, f, v, t in zip(gpu.tolist(), field.tolist(), value.tolist(), recv.tolist()):
+            self.counters[(g, f)] = (v, t)
+        free = np.flatnonzero(field == MEM_FREE)
+        for i in free.tolist():
+            # the value was taken at most latency_ns before the recorder received it
+            d = self._free.setdefault(str(int(gpu[i])), collections.deque(maxlen=FREE_SAMPLES))
+            d.append((int(recv[i]) - int(lat[i]), int(recv[i]), int(value[i])))
+        if len(free) and self._pending:
+            self._judge_pending()
+
+    def _gpu_clock(self, c):
+        """Fit each GPU's recent sandwiches (align/, the same fit as the run file's) and keep
+        the uncertainty of mapping its latest reading."""
+        from ..align import fit_sandwiches
+        gpus = np.asarray(c["gpu"])
+        for g in np.unique(gpus).tolist():
+            m = gpus == g
+            with self._lock:
+                d = self._clock.setdefault(str(g), collections.deque(maxlen=CLOCK_CHUNKS))
+                d.append(tuple(np.asarray(c[k])[m].astype(np.int64) for k in ("t0", "remote",
+                                                                               "t1")))
+                t0, remote, t1 = (np.concatenate([x[j] for x in d]) for j in range(3))
+                tick = self._ticks.get(str(g), 0)
+            if len(t0) < 2:
+                continue
+            try:
+                model = fit_sandwiches(t0, remote, t1, tick_ns=tick)
+                _, unc = model.map(remote[-1:])
+            except Exception:            # a failed fit leaves the previous value
+                with self._lock:
+                    self.clock_errors += 1
+                continue
+            with self._lock:
+                self.clock_unc_ns[str(g)] = int(unc[0])
+
+    # ------------------------------------------------------------- reading
+    def snapshot(self) -> dict:
+        """Copies of every total, taken under the lock (the collector formats them)."""
+        with self._lock:
+            return {
+                "cuda_calls": dict(self.cuda_calls),
+                "cuda_duration": {k: h.copy() for k, h in self.cuda_duration.items()},
+                "offcpu_in_cuda_ns": dict(self.offcpu_in_cuda_ns),
+                "wakeup": self.wakeup.copy(),
+                "connects": dict(self.connects),
+                "connect_duration": {k: h.copy() for k, h in self.connect_duration.items()},
+                "tcp_resets": dict(self.tcp_resets),
+                "tcp_retransmits": dict(self.tcp_retransmits),
+                "alloc_failures": dict(self.alloc_failures),
+                "fragmentation": dict(self.fragmentation),
+                "fragmentation_unjudged": dict(self.fragmentation_unjudged),
+                "module_load": self.module_load.copy(),
+                "xids": dict(self.xids),
+                "events": dict(self.events),
+                "dropped": {**self.dropped, **self.own_drops},
+                "counters": dict(self.counters),
+                "clock_unc_ns": dict(self.clock_unc_ns),
+                "gpus": list(self.gpus),
+                "armed": self.armed and not self.closed,
+                "folded": {"pid": self._pid.folded, "peer": self._peer.folded,
+                           "result": self._result.folded},
+            }
+
+    def status_text(self) -> str:
+        with self._lock:
+            calls = sum(self.cuda_calls.values())
+            failed = sum(n for (_, _, r), n in self.cuda_calls.items() if r != "CUDA_SUCCESS")
+            allocs = sum(self.alloc_failures.values())
+        return (f"cuda calls {calls} ({failed} failed, {allocs} allocation failures)  "
+                f"scrapes {self.scrapes}")
+
+
+def _pci_key(bus_id: str) -> str:
+    """A PCI address without its domain, lower case: NVML says 00000000:19:00.0, the
+    nvidia_dev_xid tracepoint 0000:19:00 (no function)."""
+    parts = bus_id.lower().split(":")
+    return ":".join(parts[-2:]).split(".")[0] if len(parts) >= 2 else bus_id.lower()
+
+
+def reasons_active(mask: float) -> dict:
+    """{reason name: 1 or 0} for every clock event reason bit (PromQL has no bitwise and)."""
+    m = int(mask)
+    return {name: int(bool(m & bit)) for bit, name in CLOCK_REASONS.items()}
