@@ -23,6 +23,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "agent"))
+sys.path.insert(0, ROOT)                    # tests.synthetic: the run-file generator
 
 GOAL = 500_000
 FORMATS = (("perfetto", "pftrace"), ("chrome-json", "json"))
@@ -109,7 +110,7 @@ def run_export(run, out, fmt):
 
 
 def bench_size(n, duration, repeat, workdir, keep_runs):
-    from clockalign.export.synthetic import make_run
+    from tests.synthetic import make_run
     run = os.path.join(workdir, f"bench-{n}.ca")
     gen_s = None
     if not os.path.exists(run):

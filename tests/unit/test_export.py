@@ -347,7 +347,7 @@ def test_stream_work_on_one_track_per_stream(tmp_path):
 def test_export_memory_is_bounded(tmp_path, fmt):
     """Peak memory does not grow with the run: 4x the events, about the same peak, fault
     finding included (it keeps the failing calls, not every call)."""
-    from clockalign.export.synthetic import make_run
+    from tests.synthetic import make_run
     write = write_perfetto if fmt == "perfetto" else write_chrome_json
     warm = str(tmp_path / "warm.ca")
     make_run(warm, n_events=2000, duration_s=10, chunk_rows=2048)
@@ -369,7 +369,7 @@ def test_export_memory_is_bounded(tmp_path, fmt):
 def test_fault_finding_memory_is_bounded(tmp_path):
     """Timeline.faults() keeps failing calls and what their chains need, not every call:
     8x the events, about the same peak."""
-    from clockalign.export.synthetic import make_run
+    from tests.synthetic import make_run
     found = []
     for n in (2000, 20_000, 160_000):
         path = str(tmp_path / f"f{n}.ca")

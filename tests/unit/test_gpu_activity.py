@@ -159,7 +159,7 @@ def test_report_section_counts_idle_gaps_while_the_launcher_was_off_cpu(run, tmp
 
 
 def test_a_run_without_gpu_activity_has_no_section(tmp_path):
-    from clockalign.export.synthetic import make_run
+    from tests.synthetic import make_run
     p = tmp_path / "plain.ca"
     make_run(str(p), n_events=2000, duration_s=2)
     tl = Timeline.open(p)

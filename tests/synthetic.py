@@ -16,8 +16,8 @@ import struct
 
 import numpy as np
 
-from ..store.schema import CUDA_FN_BY_NAME, EVENT_DTYPE, Chunk, ClockDomain, Kind, KIND_NAMES
-from ..store.writer import RunWriter
+from clockalign.store.schema import CUDA_FN_BY_NAME, EVENT_DTYPE, Chunk, ClockDomain, Kind, KIND_NAMES
+from clockalign.store.writer import RunWriter
 
 MONO0 = 1_000_000_000_000          # 1000 s after boot
 REAL_OFFSET = 1_760_000_000_000_000_000
