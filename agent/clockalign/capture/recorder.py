@@ -61,7 +61,8 @@ def _now():
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
-def clock_snapshot() -> dict:
+def read_clocks() -> dict:
+    """Every clock the alignment names, read once (the run file's start and end stamps)."""
     return {name: time.clock_gettime_ns(getattr(time, f"CLOCK_{name}"))
             for name in ("MONOTONIC", "REALTIME", "BOOTTIME", "MONOTONIC_RAW")}
 
@@ -177,7 +178,7 @@ class Recorder:
             "tool": "clockalign", "version": __version__, "host": socket.gethostname(),
             "kernel": os.uname().release, "argv": sys.argv,
             "driver": nvidia_driver_version(), "gpus": self.gpus,
-            "clocks": clock_snapshot(),
+            "clocks": read_clocks(),
             "mode": "spawn" if self.child else "pid",
             "targets": [target(p) for p in tgids],
             "cuda_functions": {str(k): v[0] for k, v in CUDA_FUNCTIONS.items()},
@@ -465,7 +466,7 @@ class Recorder:
                    "ring_peak_fill": round(peak, 4),
                    "perf_lost": probes.ring.lost if probes.ring else None,
                    "helpers": stats, "child_exit": exit_info,
-                   "unfinished_cuda": int(len(unfinished)), "clocks_end": clock_snapshot()}
+                   "unfinished_cuda": int(len(unfinished)), "clocks_end": read_clocks()}
         try:
             self.writer.close(trailer)
         except RunFileWriteError as e:
