@@ -173,7 +173,8 @@ COUNTER_PANELS = ["sm_clock", "mem_clock", "power", "gpu_util", "gpu_temp", "mem
                   "clock_event_reasons"]
 
 
-def counters(cnt, t0, faults, out_dir) -> list:
+def counters(cnt, t0, faults, out_dir, label=lambda g: f"GPU{g}") -> list:
+    """One figure per GPU; ``label(n)`` names GPU n in its title (the run's devices)."""
     from ..store.counter_fields import FIELD_BY_NAME, FIELDS
     out = []
     if cnt is None or not len(cnt):
@@ -196,7 +197,7 @@ def counters(cnt, t0, faults, out_dir) -> list:
             ax.plot(_secs(cnt["t_ns"][m], t0), y, lw=1, drawstyle="steps-post")
             ax.set_ylabel(f"{name}\n({unit})", fontsize=8)
             _mark_faults(ax, gf, t0, label=ax is axes[0, 0])
-        axes[0, 0].set_title(f"GPU {g} counters (dashed lines: faults)")
+        axes[0, 0].set_title(f"{label(g)} counters (dashed lines: faults)")
         if any(f.kind != "cuda_sticky_error" for f in gf):
             axes[0, 0].legend(loc="upper left", fontsize=7, ncol=4)
         axes[-1, 0].set_xlabel("time since start of run (s)")

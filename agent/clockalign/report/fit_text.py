@@ -9,11 +9,13 @@ def describe(name, s, device: str = "") -> str:
     """One domain's AlignmentModel.summary() as lines of text; ``device`` says which GPU
     a GPU domain is (store/devices.Devices.describe)."""
     hw = s["halfwidth_ns"]
-    lines = [f"{name}{f' ({device})' if device else ''}: {len(s['segments'])} segment(s), skew {s['skew_ppm']:+.3f} ppm, "
+    lines = [f"{name}: {len(s['segments'])} segment(s), skew {s['skew_ppm']:+.3f} ppm, "
              f"offset {s['offset_ns']} ns (host - remote at the first sandwich)",
              f"  sandwiches used {s['samples_used']}/{s['samples_total']}, min round trip "
              f"{s['min_rtt_ns']} ns (floor +-{s['floor_ns']} ns), tick {s['tick_ns']} ns",
              f"  band half-width p50 {hw['p50']} ns, p99 {hw['p99']} ns, max {hw['max']} ns"]
+    if device:
+        lines.insert(1, f"  device: {device}")
     if not s["steps"]:
         lines.append("  steps: none found")
     for st in s["steps"]:
@@ -47,7 +49,7 @@ def describe_fits(models, mapped=None, devices=None) -> str:
         out.append("")
     for name, why in getattr(models, "failed", {}).items():
         d = dev(name)
-        out.append(f"{name}{f' ({d})' if d else ''}: the fit failed ({why}); its times are "
-                   "not mapped\n")
+        out.append(f"{name}: the fit failed ({why}); its times are not mapped"
+                   + (f"\n  device: {d}" if d else "") + "\n")
     out.append(f"assumption: {ASSUMPTION}")
     return "\n".join(out)
