@@ -66,10 +66,10 @@ def join(nvml_gpus, cuda_bus_ids) -> tuple:
         if cuda_bus_ids is not None and devices[-1].cuda_ordinal is None:
             notes.append(f"GPU{n} ({b or 'no bus id'}) is not visible to CUDA in the recorder "
                          "(CUDA_VISIBLE_DEVICES?): its clock is not probed")
-    taken = {d.number for d in devices}
+    first = max((d.number for d in devices), default=-1) + 1
     for k, (b, o) in enumerate(sorted(cuda.items())):
         # CUDA sees a device NVML did not list (no NVML): numbered in bus-id order
-        n = k if not devices else max(taken) + 1 + k
+        n = first + k
         devices.append(Device(f"GPU{n}", n, b, None, o))
         if nvml_gpus:
             notes.append(f"CUDA device {o} ({b}) is not in NVML's list: named GPU{n}")
