@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""results/multi-gpu.md from a two-GPU all-reduce recording (scripts/gpu_multi.sh).
+
+Reads the run file and the ranks' own records (clockalign.faults.allreduce_gpu writes
+DIR/rank<r>.json) and writes, with the machine, command and date:
+
+- the per-GPU alignment table (device identity, skew, band p50/p99, steps);
+- the GPUs' timers against each other (align/compare.py via the report's analysis);
+- counters per device (sm_clock, power, gpu_util, gpu_temp);
+- each all-reduce on both GPUs side by side: the %globaltimer stamps that bracket the
+  NCCL kernel on each GPU, mapped through that GPU's own domain, each with its
+  uncertainty, and the start difference between the GPUs with the summed uncertainty.
+
+A rank finds its domain by its device's PCI bus id (or uuid) in the run's device table,
+never by an ordinal.
+
+    python3 scripts/multi_gpu_results.py RUN.ca WORKDIR results/multi-gpu.md --command "..."
+"""
+import argparse
+import datetime
+import glob
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+try:
+    import clockalign  # noqa: F401
+except ImportError:  # run from a checkout that is not pip-installed
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "agent"))
+
+from clockalign.align.stats import pct  # noqa: E402
+from clockalign.report import analysis  # noqa: E402
+from clockalign.store.devices import bus_id  # noqa: E402
+from clockalign.timeline import Timeline  # noqa: E402
+
+FIELDS = ("sm_clock", "power", "gpu_util", "gpu_temp")
+
+
+def _table(head, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def _device_of(tl, rec):
+    d = rec.get("device") or {}
+    dev = tl.devices.by_bus(d.get("bus_id")) if bus_id(d.get("bus_id")) else None
+    if dev is None and d.get("uuid"):
+        u = str(d["uuid"]).removeprefix("GPU-")
+        dev = next((x for x in tl.devices if x.uuid and x.uuid.removeprefix("GPU-") == u), None)
+    return dev
+
+
+def alignment_md(tl) -> str:
+    rows = [r for r in analysis.alignment(tl) if r["domain"].startswith("GPU")]
+    md = _table(["domain", "device", "skew ppm", "band p50", "band p99", "min RTT", "steps",
+                 "sandwiches used/total"],
+                [[r["domain"], r["device"] or "-", f"{r['skew_ppm']:+.3f}", r["hw_p50"],
+                  r["hw_p99"], r["min_rtt_ns"], len(r["steps"]),
+                  f"{r['samples_used']}/{r['samples_total']}"] for r in rows])
+    failed = {d: w for d, w in tl.fit_failures.items() if d.startswith("GPU")}
+    md += "".join(f"\n{d} ({tl.devices.describe(d)}): fit failed: {w}\n" for d, w in failed.items())
+    pairs = analysis.gpu_clock_pairs(tl)
+    md += "\n### The GPUs' timers against each other\n\n" + _table(
+        ["GPU", "against", "skew ppm", "offset first ns", "offset last ns", "steps",
+         "± p50 ns", "± p99 ns"],
+        [[p["b_label"], p["a_label"], f"{p['skew_ppm']:+.3f}", p["offset_first_ns"],
+          p["offset_last_ns"], len(p["steps"]), p["unc_p50_ns"], p["unc_p99_ns"]]
+         for p in pairs]) if pairs else "\nNo two GPU domains were fitted.\n"
+    return md
+
+
+def counters_md(tl) -> str:
+    rows = []
+    for d in tl.devices:
+        for name in FIELDS:
+            c = tl.counters(gpu=d.number, fields=name)
+            if len(c):
+                rows.append([tl.devices.label(d.number), name, len(c), f"{pct(c['value'], 50):.6g}",
+                             f"{c['value'].max():.6g}", pct(c["unc_ns"], 99)])
+    return _table(["device", "field", "samples", "p50", "max", "time ± p99 ns"], rows)
+
+
+def allreduce_md(tl, ranks, show=10) -> str:
+    per = {}
+    for rec in ranks:
+        dev = _device_of(tl, rec)
+        st = np.asarray(rec.get("gpu_stamps") or [], dtype=np.int64)
+        if dev is None or dev.name not in tl.models or len(st) < 2:
+            why = ("its device is not in the run's table" if dev is None else
+                   f"{dev.name} has no fit" if dev.name not in tl.models else
+                   rec.get("stamps_note") or "no stamps")
+            return f"Rank {rec['rank']} cannot be placed: {why}.\n"
+        t, u = tl.map(dev.name, st)
+        per[rec["rank"]] = (dev, t[0::2], u[0::2], t[1::2], u[1::2])
+    if len(per) < 2:
+        return "Fewer than two ranks recorded stamps.\n"
+    (da, sa, ua, ea, va), (db, sb, ub, eb, vb) = per[0], per[1]
+    n = min(len(sa), len(sb))
+    rows = [[i, f"{(sa[i] - sa[0]) / 1e6:.3f}", f"±{ua[i]}", f"{(ea[i] - sa[i]) / 1e3:.1f}",
+             f"{(sb[i] - sa[0]) / 1e6:.3f}", f"±{ub[i]}", f"{(eb[i] - sb[i]) / 1e3:.1f}",
+             int(sb[i] - sa[i]), f"±{ua[i] + ub[i]}"] for i in range(min(show, n))]
+    md = (f"{n} all-reduces; times in ms from the first all-reduce's start on {da.name}, "
+          "durations in µs (first stamp to second stamp, which bracket the NCCL kernel), "
+          f"start difference {db.name} − {da.name} in ns.\n\n")
+    md += _table(["#", f"{da.name} start", "±ns", "µs", f"{db.name} start", "±ns", "µs",
+                  "start diff ns", "± ns"], rows)
+    diff = (sb[:n] - sa[:n]).astype(np.int64)
+    unc = (ua[:n] + ub[:n]).astype(np.int64)
+    md += "\n" + _table(["over all all-reduces", "p50", "p99", "max |x|"],
+                        [["start diff ns", pct(diff, 50), pct(diff, 99), int(np.abs(diff).max())],
+                         ["its ± ns", pct(unc, 50), pct(unc, 99), int(unc.max())],
+                         [f"{da.name} duration ns", pct(ea[:n] - sa[:n], 50),
+                          pct(ea[:n] - sa[:n], 99), int((ea[:n] - sa[:n]).max())],
+                         [f"{db.name} duration ns", pct(eb[:n] - sb[:n], 50),
+                          pct(eb[:n] - sb[:n], 99), int((eb[:n] - sb[:n]).max())]])
+    return md
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run")
+    ap.add_argument("workdir", help="where the ranks wrote rank<r>.json")
+    ap.add_argument("out")
+    ap.add_argument("--command", default="scripts/gpu_multi.sh OUTDIR")
+    a = ap.parse_args()
+    tl = Timeline.open(a.run)
+    ranks = sorted((json.load(open(p)) for p in glob.glob(os.path.join(a.workdir, "rank*.json"))),
+                   key=lambda r: r["rank"])
+    meta = tl.meta or {}
+    md = ["# Two GPUs on one host: a clock domain per GPU, counters and all-reduces per device\n",
+          f"Machine: {meta.get('host')} (kernel {meta.get('kernel')}; {meta.get('driver')}). "
+          f"Command: `{a.command}`. Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}. "
+          f"Run: {os.path.basename(a.run)}, {(tl.end_ns - tl.start_ns) / 1e9:.1f} s.\n",
+          "Devices (NVML index → PCI bus id → CUDA ordinal of the recorder):\n",
+          _table(["name", "bus id", "NVML", "CUDA", "model", "uuid"],
+                 [[d.name, d.bus_id, d.nvml_index, d.cuda_ordinal, d.model, d.uuid]
+                  for d in tl.devices]),
+          "Ranks: " + "; ".join(f"rank {r['rank']} pid {r['pid']} on "
+                                f"{getattr(_device_of(tl, r), 'name', 'no known device')} "
+                                f"({r['iterations']} all-reduces of {r['bytes'] >> 20} MiB; "
+                                f"env {r['env']})" for r in ranks) + "\n",
+          "## Alignment per GPU\n", alignment_md(tl),
+          "\n## Counters per device\n", counters_md(tl),
+          "\n## Each all-reduce on both GPUs\n", allreduce_md(tl, ranks)]
+    with open(a.out, "w") as f:
+        f.write("\n".join(md))
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
