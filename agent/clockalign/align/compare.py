@@ -31,7 +31,8 @@ def _remote_at(model, remote, host):
 def compare(model_a, remote_a, model_b, remote_b, points: int = 200) -> dict:
     """GPU b's timer against GPU a's at ``points`` host instants over the span both were
     probed; None where their probed spans do not overlap.  Offsets are b - a in ns; the
-    skew (ppm, + = b runs faster) is the median of the slopes between successive instants,
+    skew (ppm, + = b runs faster) is the median (nearest rank) of the slopes between
+    successive instants,
     so a clock step moves one or two slopes, not the estimate; the steps either fit found
     in the span are listed in ``steps`` (domain "a" or "b", jump and host time)."""
     if len(np.unique(remote_a)) < 2 or len(np.unique(remote_b)) < 2:
@@ -53,7 +54,7 @@ def compare(model_a, remote_a, model_b, remote_b, points: int = 200) -> dict:
               "host_ns": int(st["host_ns"])}
              for which, m in (("a", model_a), ("b", model_b)) for st in m.steps
              if lo <= int(st["host_ns"]) <= hi]
-    return {"points": int(len(off)), "skew_ppm": float(np.median(slopes) * 1e6),
+    return {"points": int(len(off)), "skew_ppm": float(pct(slopes, 50) * 1e6),
             "offset_first_ns": int(off[0]), "offset_last_ns": int(off[-1]),
             "steps": steps,
             "unc_p50_ns": pct(unc, 50), "unc_p99_ns": pct(unc, 99),
