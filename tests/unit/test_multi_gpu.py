@@ -100,6 +100,14 @@ def test_device_table_joins_nvml_and_cuda_on_the_bus_id():
     devices, notes = device_table(_two_device_inventory(), use_cuda=False)
     assert [d.cuda_ordinal for d in devices] == [None, None] and notes == []
 
+    class NoDevice(FakeDriver):
+        def cuDeviceGetCount(self):
+            return (100, None)              # CUDA_ERROR_NO_DEVICE
+    devices, notes = device_table(_two_device_inventory(), cu=NoDevice())
+    assert [d.cuda_ordinal for d in devices] == [None, None]
+    assert notes[0].startswith("CUDA device ordinals unknown (") and "not probed" in notes[0]
+    assert device_table([], cu=NoDevice()) == ([], [])      # no GPU anywhere: nothing to say
+
 
 def test_join_without_nvml_numbers_cuda_devices_in_bus_order():
     devices, notes = join([], {0: "0000:2a:00.0", 1: "0000:18:00.0"})

@@ -32,14 +32,17 @@ def cuda_bus_ids(cu=None) -> dict:
 
 def device_table(nvml_gpus, use_cuda=True, cu=None) -> tuple:
     """(devices, notes) for the run header; CUDA is not touched where ``use_cuda`` is off
-    (no GPU clock probing), and a CUDA failure becomes a note, not an error."""
-    cuda, notes = None, []
+    (no GPU clock probing), and a CUDA failure becomes a note (where NVML lists GPUs), not
+    an error."""
+    cuda, why = None, None
     if use_cuda:
         try:
             cuda = cuda_bus_ids(cu)
         except GpuClockError as e:
-            notes.append(f"CUDA device ordinals unknown ({e})")
+            why = str(e)
         except Exception as e:      # a broken cuda-bindings install must not stop a recording
-            notes.append(f"CUDA device ordinals unknown (unexpected {type(e).__name__}: {e})")
-    devices, more = join(nvml_gpus, cuda)
-    return devices, notes + more
+            why = f"unexpected {type(e).__name__}: {e}"
+    devices, notes = join(nvml_gpus, cuda)
+    if why and nvml_gpus:           # no GPU at all is not news; GPUs CUDA cannot name are
+        notes.insert(0, f"CUDA device ordinals unknown ({why}): GPU clocks are not probed")
+    return devices, notes
