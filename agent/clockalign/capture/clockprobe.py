@@ -356,6 +356,8 @@ def _identity(g) -> tuple:
     """(CUDA ordinal, n of GPU<n>, bus id or None) of a Device row or a bare ordinal."""
     if isinstance(g, int) or hasattr(g, "__index__"):
         return int(g), int(g), None
+    if g.cuda_ordinal is None:
+        raise ValueError(f"{g.name} ({g.bus_id}) has no CUDA ordinal: CUDA does not see it")
     return int(g.cuda_ordinal), int(g.number), g.bus_id
 
 

@@ -5,7 +5,8 @@ NVML and DCGM number GPUs in their own order; CUDA numbers them fastest first un
 process.  So neither number names a device across tools; the PCI bus id does, and every
 source gives it in its own spelling: the Xid tracepoint ``0000:18:00.0``, the kernel log
 ``0000:18:00``, NVML ``00000000:18:00.0``, CUDA ``0000:18:00.0``.  ``bus_id`` turns each
-into NVML's form.  A device is named ``GPU<n>`` with n its NVML index (what nvidia-smi
+into NVML's form.  (An NVML Xid event names its device by handle, which the event watcher
+turns into the NVML index; DCGM's GPU ids are matched to NVML indices by uuid.)  A device is named ``GPU<n>`` with n its NVML index (what nvidia-smi
 shows, and the counters' gpu column); where NVML is missing, n is the device's place in
 bus-id order, which is NVML's own order on the hosts seen.  The run file's header keeps
 the table (capture/devices.py builds it):
