@@ -27,13 +27,13 @@ ngpu=$(nvidia-smi -L | grep -c '^GPU')
 
 log doctor; clockalign doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.txt"
 log record "(${seconds} s, 2 ranks)"
-cmd=(clockalign record -o "$out/multi.ca" --duration "$seconds" --gpu-clock-period 0.25 --quiet --
-     python3 -m clockalign.faults.allreduce_gpu --gpus 2 --seconds $((seconds + 10))
+# the recording outlives the loop (it ends when the workload exits), so every all-reduce
+# lies inside both GPUs' probed spans
+cmd=(clockalign record -o "$out/multi.ca" --duration $((seconds + 120)) --gpu-clock-period 0.25
+     --quiet -- python3 -m clockalign.faults.allreduce_gpu --gpus 2 --seconds "$seconds"
      --interval 0.01 --out "$out/ranks")
 echo "${cmd[*]}" > "$out/command.txt"
 "${cmd[@]}" > "$out/record.txt" 2>&1; echo "record rc=$?"; tail -5 "$out/record.txt"
-# the recording stops at --duration; the ranks finish their loop and write their records
-for _ in $(seq 60); do [ -f "$out/ranks/rank1.json" ] && break; sleep 1; done
 ls -la "$out/ranks"
 clockalign info "$out/multi.ca" > "$out/info.txt" 2>&1; grep -E "^(gpu|events|drops|stopped|notice)" "$out/info.txt"
 log align

@@ -84,6 +84,13 @@ def counters_md(tl) -> str:
     return _table(["device", "field", "samples", "p50", "max", "time ± p99 ns"], rows)
 
 
+def _probed_span(tl, name):
+    from clockalign.store.schema import Chunk
+    g = tl.reader.columns(Chunk.GPU_CLOCK)
+    r = g["remote"][g["gpu"] == int(name[3:])]
+    return int(r.min()), int(r.max())
+
+
 def allreduce_md(tl, ranks, show=10) -> str:
     per = {}
     for rec in ranks:
@@ -94,16 +101,27 @@ def allreduce_md(tl, ranks, show=10) -> str:
                    f"{dev.name} has no fit" if dev.name not in tl.models else
                    rec.get("stamps_note") or "no stamps")
             return f"Rank {rec['rank']} cannot be placed: {why}.\n"
+        st = st[:len(st) // 2 * 2]
+        lo, hi = _probed_span(tl, dev.name)
+        inside = (st[0::2] >= lo) & (st[1::2] <= hi)      # a fit maps only what it spans
         t, u = tl.map(dev.name, st)
-        per[rec["rank"]] = (dev, t[0::2], u[0::2], t[1::2], u[1::2])
+        per[rec["rank"]] = (dev, t[0::2], u[0::2], t[1::2], u[1::2], inside)
     if len(per) < 2:
         return "Fewer than two ranks recorded stamps.\n"
-    (da, sa, ua, ea, va), (db, sb, ub, eb, vb) = per[0], per[1]
-    n = min(len(sa), len(sb))
+    n = min(len(per[0][1]), len(per[1][1]))
+    keep = per[0][5][:n] & per[1][5][:n]
+    outside = int(n - keep.sum())
+
+    def kept(p):
+        return (p[0],) + tuple(a[:n][keep] for a in p[1:5])
+    (da, sa, ua, ea, va), (db, sb, ub, eb, vb) = kept(per[0]), kept(per[1])
+    n = int(keep.sum())
+    if not n:
+        return "No all-reduce lies inside both GPUs' probed spans.\n"
     rows = [[i, f"{(sa[i] - sa[0]) / 1e6:.3f}", f"±{ua[i]}", f"{(ea[i] - sa[i]) / 1e3:.1f}",
              f"{(sb[i] - sa[0]) / 1e6:.3f}", f"±{ub[i]}", f"{(eb[i] - sb[i]) / 1e3:.1f}",
              int(sb[i] - sa[i]), f"±{ua[i] + ub[i]}"] for i in range(min(show, n))]
-    md = (f"{n} all-reduces; times in ms from the first all-reduce's start on {da.name}, "
+    md = (f"{n} all-reduces ({outside} outside a GPU's probed span left out); times in ms from the first all-reduce's start on {da.name}, "
           "durations in µs (first stamp to second stamp, which bracket the NCCL kernel), "
           f"start difference {db.name} − {da.name} in ns.\n\n")
     md += _table(["#", f"{da.name} start", "±ns", "µs", f"{db.name} start", "±ns", "µs",
