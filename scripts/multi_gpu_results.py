@@ -91,7 +91,10 @@ def _probed_span(tl, name):
     return int(r.min()), int(r.max())
 
 
-def allreduce_md(tl, ranks, show=10) -> str:
+def allreduce_pairs(tl, ranks):
+    """Ranks 0 and 1's all-reduces on MONOTONIC, each through its own GPU's domain:
+    {"a", "b": Device, "start_a", "unc_a", "end_a", "start_b", "unc_b", "end_b": int64
+    arrays, "outside": all-reduces left out} or a sentence saying why there are none."""
     per = {}
     for rec in ranks:
         dev = _device_of(tl, rec)
@@ -100,41 +103,50 @@ def allreduce_md(tl, ranks, show=10) -> str:
             why = ("its device is not in the run's table" if dev is None else
                    f"{dev.name} has no fit" if dev.name not in tl.models else
                    rec.get("stamps_note") or "no stamps")
-            return f"Rank {rec['rank']} cannot be placed: {why}.\n"
+            return f"Rank {rec['rank']} cannot be placed: {why}."
         st = st[:len(st) // 2 * 2]
         lo, hi = _probed_span(tl, dev.name)
         inside = (st[0::2] >= lo) & (st[1::2] <= hi)      # a fit maps only what it spans
         t, u = tl.map(dev.name, st)
-        per[rec["rank"]] = (dev, t[0::2], u[0::2], t[1::2], u[1::2], inside)
+        per[rec["rank"]] = (dev, t[0::2], u[0::2], t[1::2], inside)
     if len(per) < 2:
-        return "Fewer than two ranks recorded stamps.\n"
+        return "Fewer than two ranks recorded stamps."
     n = min(len(per[0][1]), len(per[1][1]))
-    keep = per[0][5][:n] & per[1][5][:n]
-    outside = int(n - keep.sum())
+    keep = per[0][4][:n] & per[1][4][:n]
+    if not keep.any():
+        return "No all-reduce lies inside both GPUs' probed spans."
+    out = {"a": per[0][0], "b": per[1][0], "outside": int(n - keep.sum())}
+    for side, p in (("a", per[0]), ("b", per[1])):
+        out[f"start_{side}"], out[f"unc_{side}"], out[f"end_{side}"] = (
+            x[:n][keep] for x in p[1:4])
+    return out
 
-    def kept(p):
-        return (p[0],) + tuple(a[:n][keep] for a in p[1:5])
-    (da, sa, ua, ea, va), (db, sb, ub, eb, vb) = kept(per[0]), kept(per[1])
-    n = int(keep.sum())
-    if not n:
-        return "No all-reduce lies inside both GPUs' probed spans.\n"
+
+def allreduce_md(tl, ranks, show=10) -> str:
+    p = allreduce_pairs(tl, ranks)
+    if isinstance(p, str):
+        return p + "\n"
+    da, db = p["a"], p["b"]
+    sa, ua, ea, sb, ub, eb = (p[k] for k in ("start_a", "unc_a", "end_a",
+                                             "start_b", "unc_b", "end_b"))
+    n = len(sa)
     rows = [[i, f"{(sa[i] - sa[0]) / 1e6:.3f}", f"±{ua[i]}", f"{(ea[i] - sa[i]) / 1e3:.1f}",
              f"{(sb[i] - sa[0]) / 1e6:.3f}", f"±{ub[i]}", f"{(eb[i] - sb[i]) / 1e3:.1f}",
              int(sb[i] - sa[i]), f"±{ua[i] + ub[i]}"] for i in range(min(show, n))]
-    md = (f"{n} all-reduces ({outside} outside a GPU's probed span left out); times in ms from the first all-reduce's start on {da.name}, "
-          "durations in µs (first stamp to second stamp, which bracket the NCCL kernel), "
-          f"start difference {db.name} − {da.name} in ns.\n\n")
+    md = (f"{n} all-reduces ({p['outside']} outside a GPU's probed span left out); times in "
+          f"ms from the first all-reduce's start on {da.name}, durations in µs (first stamp "
+          "to second stamp, which bracket the NCCL kernel), start difference "
+          f"{db.name} − {da.name} in ns.\n\n")
     md += _table(["#", f"{da.name} start", "±ns", "µs", f"{db.name} start", "±ns", "µs",
                   "start diff ns", "± ns"], rows)
-    diff = (sb[:n] - sa[:n]).astype(np.int64)
-    unc = (ua[:n] + ub[:n]).astype(np.int64)
+    diff, unc = sb - sa, ua + ub
     md += "\n" + _table(["over all all-reduces", "p50", "p99", "max |x|"],
                         [["start diff ns", pct(diff, 50), pct(diff, 99), int(np.abs(diff).max())],
                          ["its ± ns", pct(unc, 50), pct(unc, 99), int(unc.max())],
-                         [f"{da.name} duration ns", pct(ea[:n] - sa[:n], 50),
-                          pct(ea[:n] - sa[:n], 99), int((ea[:n] - sa[:n]).max())],
-                         [f"{db.name} duration ns", pct(eb[:n] - sb[:n], 50),
-                          pct(eb[:n] - sb[:n], 99), int((eb[:n] - sb[:n]).max())]])
+                         [f"{da.name} duration ns", pct(ea - sa, 50), pct(ea - sa, 99),
+                          int((ea - sa).max())],
+                         [f"{db.name} duration ns", pct(eb - sb, 50), pct(eb - sb, 99),
+                          int((eb - sb).max())]])
     return md
 
 

@@ -198,6 +198,15 @@ class SyntheticGpuClock:
     true t0 <= host(remote) <= t1."""
 
     opened = []
+    bases = {}
+
+    @staticmethod
+    def remote_at(ordinal, h):
+        """The timer of CUDA device ``ordinal`` at host MONOTONIC ``h`` (ns, int64 array)."""
+        h = np.asarray(h, dtype=np.int64)
+        base = SyntheticGpuClock.bases[ordinal]
+        return 1_795_942_000_000_000_000 + h + np.rint(
+            (h - base) * SKEW_PPM[ordinal] * 1e-6).astype(np.int64)
 
     def __init__(self, ordinal, number=None, **kw):
         self.ordinal, self.number = ordinal, ordinal if number is None else number
@@ -209,18 +218,18 @@ class SyntheticGpuClock:
         self.info["pci_bus_id"] = BUS_OF_ORDINAL[self.ordinal]
         self.info["tick_ns"] = 32
         self.base = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        SyntheticGpuClock.bases[self.ordinal] = self.base
         SyntheticGpuClock.opened.append((self.ordinal, self.number))
         return self
 
     def pingpong(self, n):
         get, mono = time.clock_gettime_ns, time.CLOCK_MONOTONIC
-        skew = SKEW_PPM[self.ordinal] * 1e-6
         out = np.zeros((3, n), dtype=np.int64)
         for k in range(n):
             t0 = get(mono)
             h = get(mono)
             t1 = get(mono)
-            r = 1_795_942_000_000_000_000 + h + int((h - self.base) * skew)
+            r = int(self.remote_at(self.ordinal, h))
             out[:, k] = t0, r // 32 * 32, t1
         return out[0], out[1], out[2]
 
@@ -347,3 +356,31 @@ def test_one_name_per_device_end_to_end(two_gpu_run, tmp_path, capsys):
         assert f"GPU{g} clock ± (ns)" in names and "faults" in names
         n_points = sum(counters[u] for u in kids if not declared[u].name.startswith("GPU"))
         assert n_points == n_cnt[g]
+
+
+def test_results_script_places_all_reduces_on_both_gpus(two_gpu_run, tmp_path):
+    """scripts/multi_gpu_results.py: stamps taken at known host instants on each GPU's own
+    timer (GPU1 5 us after GPU0) come back 5 us apart within the stated uncertainty,
+    although the two timers drift 65 ppm apart; a rank finds its GPU by bus id."""
+    import importlib.util
+    path, _ = two_gpu_run
+    spec = importlib.util.spec_from_file_location(
+        "multi_gpu_results", Path(__file__).resolve().parents[2] / "scripts" /
+        "multi_gpu_results.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    tl = Timeline.open(path)
+    g = tl.reader.columns(Chunk.GPU_CLOCK)
+    h = np.sort(g["t0"])[100:-100:50]          # host instants inside both probed spans
+    ranks = []
+    for rank, (ordinal, bus, lag) in enumerate(((1, "0000:18:00.0", 0), (0, "0000:2A:00.0", 5000))):
+        st = np.stack([SyntheticGpuClock.remote_at(ordinal, h + lag),
+                       SyntheticGpuClock.remote_at(ordinal, h + lag + 30_000)], 1).ravel()
+        ranks.append({"rank": rank, "device": {"bus_id": bus}, "gpu_stamps": st.tolist()})
+    p = mod.allreduce_pairs(tl, ranks)
+    assert (p["a"].name, p["b"].name) == ("GPU0", "GPU1") and p["outside"] == 0
+    assert np.all(np.abs(p["start_a"] - h) <= p["unc_a"])
+    assert np.all(np.abs(p["start_b"] - p["start_a"] - 5000) <= p["unc_a"] + p["unc_b"])
+    naive = (ranks[1]["gpu_stamps"][-2] - ranks[0]["gpu_stamps"][-2]) - 5000
+    assert abs(naive) > 10 * int((p["unc_a"] + p["unc_b"]).max())   # the timers do differ
+    assert f"{len(h)} all-reduces (0 outside" in mod.allreduce_md(tl, ranks)
