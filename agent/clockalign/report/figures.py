@@ -79,8 +79,10 @@ def alignment(rows, t0, out_dir):
                             label="± band half-width + tick")
         for s in r["steps"]:
             ax.axvline(_secs(s.get("host_ns", t0), t0), color="red", ls=":", label="step")
-        ax.set_title(f"{r['domain']}: skew {r['skew_ppm']:+.3f} ppm, band half-width "
-                     f"p50 {r['hw_p50']} ns / p99 {r['hw_p99']} ns, {r['segments']} segment(s)")
+        dev = (r.get("device") or "").split(",")[0]     # the bus id of a GPU domain
+        ax.set_title(f"{r['domain']}{' ' + dev if dev else ''}: skew {r['skew_ppm']:+.3f} ppm, "
+                     f"band half-width p50 {r['hw_p50']} ns / p99 {r['hw_p99']} ns, "
+                     f"{r['segments']} segment(s)")
         ax.set_ylabel("µs")
         lim = max([float(np.max(np.abs(r[k]))) / 1e3 for k in ("residual_ns", "band_ns")
                    if k in r and len(r[k])] + [0.0]) * 1.3
