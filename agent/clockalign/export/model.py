@@ -264,7 +264,7 @@ class Tracks:
         t = self.by_key.get(key)
         if t is None:
             g = self.gpu(gpu)
-            t = self._add(key, kind="gpu_stream", name=f"GPU {gpu} stream {stream} (pid {pid})",
+            t = self._add(key, kind="gpu_stream", name=f"GPU{gpu} stream {stream} (pid {pid})",
                           pid=pid, parent=g, json_pid=g.json_pid, json_tid=self._pseudo_id())
         return t
 
