@@ -5,7 +5,8 @@
 # Writes OUTDIR/multi.ca (and .xz), the ranks' records OUTDIR/ranks/rank<r>.json, align
 # (text + json), the report (per-GPU alignment, the GPUs' skew against each other,
 # counters per device), the Perfetto trace, and OUTDIR/multi-gpu.md (scripts/
-# multi_gpu_results.py: the tables above and each all-reduce on both GPUs side by side);
+# multi_gpu_results.py: the tables above and each all-reduce on both GPUs side by side, from
+# the ranks' %globaltimer stamps and from CUPTI's NCCL kernel records, --gpu-activity);
 # copy that to results/multi-gpu.md.  NVLink multicast stays off (the lent machines ask it).
 # Needs root, the offline bundle at .bundle/ (scripts/make_bundle.sh), python3 with torch
 # (and cupy for the %globaltimer stamps around each all-reduce).
@@ -30,7 +31,7 @@ log record "(${seconds} s, 2 ranks)"
 # the recording outlives the loop (it ends when the workload exits), so every all-reduce
 # lies inside both GPUs' probed spans
 cmd=(clockalign record -o "$out/multi.ca" --duration $((seconds + 120)) --gpu-clock-period 0.25
-     --quiet -- python3 -m clockalign.faults.allreduce_gpu --gpus 2 --seconds "$seconds"
+     --gpu-activity --quiet -- python3 -m clockalign.faults.allreduce_gpu --gpus 2 --seconds "$seconds"
      --interval 0.01 --out "$out/ranks")
 echo "${cmd[*]}" > "$out/command.txt"
 "${cmd[@]}" > "$out/record.txt" 2>&1; echo "record rc=$?"; tail -5 "$out/record.txt"

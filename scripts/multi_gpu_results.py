@@ -150,6 +150,40 @@ def allreduce_md(tl, ranks, show=10) -> str:
     return md
 
 
+def nccl_kernels_md(tl, show=10) -> str:
+    """The NCCL all-reduce kernels CUPTI recorded (--gpu-activity) on each GPU, the i-th of
+    one GPU beside the i-th of the other, each mapped through its own GPU's domain."""
+    acts = tl.gpu_activity()
+    if not len(acts):
+        return "No GPU activity in this run (recorded without --gpu-activity?).\n"
+    rows = acts.rows
+    is_ar = np.array(["AllReduce" in acts.name(r) for r in rows], dtype=bool)
+    per = {g: rows[is_ar & (rows["gpu"] == g)] for g in sorted(set(rows["gpu"][is_ar].tolist()))
+           if g >= 0}
+    if len(per) < 2:
+        return (f"NCCL all-reduce kernels on {len(per)} GPU(s) only"
+                f"{'' if per else ' (none named AllReduce)'}.\n")
+    (ga, a), (gb, b) = list(per.items())[:2]
+    n = min(len(a), len(b))
+    la, lb = tl.devices.label(int(ga)), tl.devices.label(int(gb))
+    diff = b["t_ns"][:n] - a["t_ns"][:n]
+    unc = a["unc_ns"][:n] + b["unc_ns"][:n]
+    t0 = int(a["t_ns"][0])
+    md = (f"{len(a)} NCCL AllReduce kernels on {la}, {len(b)} on {lb} (CUPTI raw %globaltimer "
+          "stamps, each through its GPU's own fit); the i-th beside the i-th.\n\n")
+    md += _table(["#", f"GPU{ga} start ms", "±ns", "µs", f"GPU{gb} start ms", "±ns", "µs",
+                  "start diff ns", "± ns"],
+                 [[i, f"{(a['t_ns'][i] - t0) / 1e6:.3f}", a["unc_ns"][i],
+                   f"{(a['end_ns'][i] - a['t_ns'][i]) / 1e3:.1f}",
+                   f"{(b['t_ns'][i] - t0) / 1e6:.3f}", b["unc_ns"][i],
+                   f"{(b['end_ns'][i] - b['t_ns'][i]) / 1e3:.1f}", int(diff[i]), int(unc[i])]
+                  for i in range(min(show, n))])
+    md += "\n" + _table(["over all pairs", "p50", "p99", "max |x|"],
+                        [["start diff ns", pct(diff, 50), pct(diff, 99), int(np.abs(diff).max())],
+                         ["its ± ns", pct(unc, 50), pct(unc, 99), int(unc.max())]])
+    return md + "".join(f"\n{x}\n" for x in acts.notes)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run")
@@ -175,7 +209,10 @@ def main():
                                 f"env {r['env']})" for r in ranks) + "\n",
           "## Alignment per GPU\n", alignment_md(tl),
           "\n## Counters per device\n", counters_md(tl),
-          "\n## Each all-reduce on both GPUs\n", allreduce_md(tl, ranks)]
+          "\n## Each all-reduce on both GPUs\n",
+          "\n### From the ranks' own %globaltimer stamps around each all-reduce\n",
+          allreduce_md(tl, ranks),
+          "\n### From CUPTI's kernel records (--gpu-activity)\n", nccl_kernels_md(tl)]
     with open(a.out, "w") as f:
         f.write("\n".join(md))
     print(f"wrote {a.out}")

@@ -358,17 +358,22 @@ def test_one_name_per_device_end_to_end(two_gpu_run, tmp_path, capsys):
         assert n_points == n_cnt[g]
 
 
-def test_results_script_places_all_reduces_on_both_gpus(two_gpu_run, tmp_path):
-    """scripts/multi_gpu_results.py: stamps taken at known host instants on each GPU's own
-    timer (GPU1 5 us after GPU0) come back 5 us apart within the stated uncertainty,
-    although the two timers drift 65 ppm apart; a rank finds its GPU by bus id."""
+def _results_script():
     import importlib.util
-    path, _ = two_gpu_run
     spec = importlib.util.spec_from_file_location(
         "multi_gpu_results", Path(__file__).resolve().parents[2] / "scripts" /
         "multi_gpu_results.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_results_script_places_all_reduces_on_both_gpus(two_gpu_run, tmp_path):
+    """scripts/multi_gpu_results.py: stamps taken at known host instants on each GPU's own
+    timer (GPU1 5 us after GPU0) come back 5 us apart within the stated uncertainty,
+    although the two timers drift 65 ppm apart; a rank finds its GPU by bus id."""
+    path, _ = two_gpu_run
+    mod = _results_script()
     tl = Timeline.open(path)
     g = tl.reader.columns(Chunk.GPU_CLOCK)
     h = np.sort(g["t0"])[100:-100:50]          # host instants inside both probed spans
@@ -384,3 +389,36 @@ def test_results_script_places_all_reduces_on_both_gpus(two_gpu_run, tmp_path):
     naive = (ranks[1]["gpu_stamps"][-2] - ranks[0]["gpu_stamps"][-2]) - 5000
     assert abs(naive) > 10 * int((p["unc_a"] + p["unc_b"]).max())   # the timers do differ
     assert f"{len(h)} all-reduces (0 outside" in mod.allreduce_md(tl, ranks)
+
+
+def test_results_script_pairs_nccl_kernels_of_two_gpus():
+    """The CUPTI section: the i-th AllReduce kernel of one GPU beside the i-th of the other,
+    other kernels left out, each start with its own uncertainty."""
+    from clockalign.store.schema import GPU_NAME_KERNEL, GpuKind
+    from clockalign.timeline.gpu_activity import ACTIVITY_DTYPE, GpuActivity
+    mod = _results_script()
+    rows = np.zeros(7, dtype=ACTIVITY_DTYPE)
+    rows["kind"] = GpuKind.KERNEL
+    #            GPU0 AR, GPU1 AR, GPU0 gemm, GPU0 AR, GPU1 AR, GPU1 gemm, GPU1 AR (no pair)
+    rows["gpu"] = [0, 1, 0, 0, 1, 1, 1]
+    rows["pid"] = [10, 11, 10, 10, 11, 11, 11]
+    rows["name"] = [1, 1, 2, 1, 1, 2, 1]
+    rows["t_ns"] = [1000, 1700, 5000, 9000, 9400, 9500, 20000]
+    rows["end_ns"] = rows["t_ns"] + 3000
+    rows["unc_ns"] = [300, 400, 300, 310, 410, 400, 420]
+    names = {(p, GPU_NAME_KERNEL, 1): "ncclDevKernel_AllReduce_Sum_f32_RING_LL" for p in (10, 11)}
+    names.update({(p, GPU_NAME_KERNEL, 2): "gemm" for p in (10, 11)})
+    acts = GpuActivity(rows, names, {}, [], {})
+
+    class TL:
+        devices = Devices.from_meta({"devices": [
+            {"name": "GPU0", "number": 0, "bus_id": BUS18},
+            {"name": "GPU1", "number": 1, "bus_id": BUS2A}]})
+
+        def gpu_activity(self):
+            return acts
+    md = mod.nccl_kernels_md(TL())
+    assert f"2 NCCL AllReduce kernels on GPU0 {BUS18}, 3 on GPU1 {BUS2A}" in md
+    assert "| 0 | 0.000 | 300 | 3.0 | 0.001 | 400 | 3.0 | 700 | 700 |" in md
+    assert "| 1 | 0.008 | 310 | 3.0 | 0.008 | 410 | 3.0 | 400 | 720 |" in md
+    assert "| 2 |" not in md
