@@ -31,7 +31,7 @@ log record "(${seconds} s, 2 ranks)"
 # the recording outlives the loop (it ends when the workload exits), so every all-reduce
 # lies inside both GPUs' probed spans
 cmd=(clockalign record -o "$out/multi.ca" --duration $((seconds + 120)) --gpu-clock-period 0.25
-     --gpu-activity --quiet -- python3 -m clockalign.faults.allreduce_gpu --gpus 2 --seconds "$seconds"
+     --gpu-activity --quiet -- python3 -m clockalign.workloads.allreduce_gpu --gpus 2 --seconds "$seconds"
      --interval 0.01 --out "$out/ranks")
 echo "${cmd[*]}" > "$out/command.txt"
 "${cmd[@]}" > "$out/record.txt" 2>&1; echo "record rc=$?"; tail -5 "$out/record.txt"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """results/multi-gpu.md from a two-GPU all-reduce recording (scripts/gpu_multi.sh).
 
-Reads the run file and the ranks' own records (clockalign.faults.allreduce_gpu writes
+Reads the run file and the ranks' own records (clockalign.workloads.allreduce_gpu writes
 DIR/rank<r>.json) and writes, with the machine, command and date:
 
 - the per-GPU alignment table (device identity, skew, band p50/p99, steps);

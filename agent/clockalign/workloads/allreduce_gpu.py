@@ -12,7 +12,7 @@ The stamp kernel needs cupy (NVRTC); without it the ranks still run and say so.
 NVLink SHARP / multicast stay off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 NVSHMEM_DISABLE_NVLS=1 are set here unless the caller set them): the lent machines ask it.
 
-    python3 -m clockalign.faults.allreduce_gpu --gpus 2 --seconds 310 --interval 0.01 --out DIR
+    python3 -m clockalign.workloads.allreduce_gpu --gpus 2 --seconds 310 --interval 0.01 --out DIR
 """
 import argparse
 import json
