@@ -161,7 +161,11 @@ def test_perfetto_structure_and_counts(pftrace, kinds, run):
     # every event instant + one per fault (+ chain steps that name no event)
     assert len(seen["instants"]) >= n_inst + len(faults)
     assert len([i for i in seen["instants"] if i[3].get("kind")]) == len(faults)
-    assert len(seen["counters"]) == len(RunReader(run).columns(Chunk.COUNTERS)["value"])
+    clock = {u for u, t in seen["declared"].items() if t.name.endswith("clock ± (ns)")}
+    assert len(clock) == len([d for d in tl.models if d.startswith("GPU")]) == 2
+    assert len([c for c in seen["counters"] if c[0] in clock]) == 400 * len(clock)
+    assert len([c for c in seen["counters"] if c[0] not in clock]) == \
+        len(RunReader(run).columns(Chunk.COUNTERS)["value"])
     snap = seen["snapshot"]
     assert snap is not None and {1, 3, 6} <= set(snap)   # REALTIME, MONOTONIC, BOOTTIME
     assert stats["events"] == {int(k): v for k, v in kinds.items()}
@@ -202,10 +206,11 @@ def test_perfetto_content(pftrace, run):
                                             "unix:/run/triton.sock"}
     assert sum(s[1] == "connect: ECONNREFUSED" for s in conn) == 2
     # GPU groups with counter tracks
-    gpus = [t for t in d.values() if t.name.startswith("GPU ")]
+    gpus = [t for t in d.values() if t.name.startswith("GPU") and t.child_ordering]
     assert len(gpus) == 2
     cts = [t for t in d.values() if t.HasField("counter")]
-    assert {d[t.parent_uuid].name for t in cts} == {"GPU 0", "GPU 1"}
+    assert {d[t.parent_uuid].name for t in cts} == {"GPU0 00000000:17:00.0",
+                                                    "GPU1 00000000:18:00.0"}
     # faults: sources and uncertainty as annotations, flows to what followed
     xid = [i for i in seen["instants"] if i[3].get("kind") == "xid"]
     assert xid and "tracepoint" in xid[0][3]["sources"] and "unc_ns" in xid[0][3]

@@ -124,9 +124,9 @@ def test_perfetto_has_stream_tracks_and_flows_from_launches(run, tmp_path):
     t.ParseFromString(out.read_bytes())
     tracks = {p.track_descriptor.uuid: p.track_descriptor for p in t.packet
               if p.HasField("track_descriptor")}
-    gpu_tracks = {u for u, d in tracks.items() if d.name.startswith("GPU 0 stream")}
-    assert {tracks[u].name for u in gpu_tracks} == {"GPU 0 stream 13 (pid 4242)",
-                                                    "GPU 0 stream 7 (pid 5151)"}
+    gpu_tracks = {u for u, d in tracks.items() if d.name.startswith("GPU0 stream")}
+    assert {tracks[u].name for u in gpu_tracks} == {"GPU0 stream 13 (pid 4242)",
+                                                    "GPU0 stream 7 (pid 5151)"}
     begins = [p for p in t.packet if p.HasField("track_event")
               and p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN
               and p.track_event.track_uuid in gpu_tracks]

@@ -19,8 +19,10 @@ def test_old_run_files_without_the_fields():
 
 def test_trace_process_name_carries_the_label():
     from clockalign.export.model import TraceModel
+    from clockalign.store.devices import Devices
 
     class TL:
+        devices = Devices([])
         meta = {"targets": [{"pid": 4321, "nspid": 1, "cmdline": ["python3", "serve.py"],
                              "container": {"runtime": "containerd", "id": "c0ffee" * 10}}]}
         threads = {}

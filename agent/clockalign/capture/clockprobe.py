@@ -8,7 +8,17 @@ GPU_CLOCK chunk.  A GPU problem never stops the recording: a ping-pong burst tha
 is redone with launch+sync, three failures in a row switch that GPU to launch+sync for
 good, and a GPU whose CUDA calls fail is dropped; each step leaves a NOTICES row.
 
-    probe = ClockProbeThread(writer, gpus=[0], cpu_period_s=0.1, gpu_period_s=1.0, pings=64)
+``gpus`` are the devices to probe: store/devices.Device rows (the CUDA ordinal to open,
+the GPU<n> name and bus id of the run's device table), or bare CUDA ordinals, which
+then also name the domain.  The GPU_CLOCK gpu column is that n.
+
+The GPUs of a round are probed one after the other, never interleaved within a burst:
+one host thread answers every ping, so a ping to a second GPU inside a first GPU's
+sandwich would put that wait into the first sandwich's round trip, and two ping-pong
+kernels spinning on mapped host memory at once share the host's memory path.  Each burst
+ends with its kernel gone (GpuClock.pingpong waits for it) before the next GPU's starts.
+
+    probe = ClockProbeThread(writer, gpus=devices, cpu_period_s=0.1, gpu_period_s=1.0, pings=64)
     probe.start(); ...; probe.stop()
     probe.stats()   # {"bursts": {"GPU0": 60}, "sandwiches": {...}, "method": {...}, ...}
 """
@@ -41,7 +51,7 @@ class ClockProbeThread(threading.Thread):
         if pings < 1 or cpu_period_s <= 0 or gpu_period_s <= 0:
             raise ValueError("pings must be >= 1 and the periods > 0")
         self.writer = writer
-        self.gpus = None if gpus is None else [int(g) for g in gpus]
+        self.gpus = None if gpus is None else [_identity(g) for g in gpus]
         self.cpu_period_ns = int(cpu_period_s * 1e9)
         self.gpu_period_ns = int(gpu_period_s * 1e9)
         self.pings = int(pings)
@@ -178,19 +188,21 @@ class ClockProbeThread(threading.Thread):
 
     # -- GPU ---------------------------------------------------------------------------
     def _open_gpus(self):
-        ok, reason = _available(self.gpus)
+        ok, reason = _available(None if self.gpus is None else [g[0] for g in self.gpus])
         if not ok:
             self._gpu_off(reason)
             return
-        ordinals = self.gpus if self.gpus is not None else _all_ordinals()
-        for g in ordinals:
-            clock = GpuClock(g, idle_timeout_ns=self.idle_timeout_ns,
+        wanted = self.gpus if self.gpus is not None else \
+            [(o, o, None) for o in _all_ordinals()]
+        for ordinal, number, bus in wanted:
+            clock = GpuClock(ordinal, number=number, idle_timeout_ns=self.idle_timeout_ns,
                              ping_timeout_s=self.ping_timeout_s)
             try:
                 clock.open()
+                _check_bus(clock, bus)
             except Exception as e:
                 clock.close()
-                self._notice(f"GPU clock probing is off for GPU{g}: {_sentence(e)}")
+                self._notice(f"GPU clock probing is off for GPU{number}: {_sentence(e)}")
                 continue
             self._clocks.append(clock)
             self._method[clock.domain] = METHOD_PINGPONG
@@ -266,7 +278,7 @@ class ClockProbeThread(threading.Thread):
                 why = _sentence(e)
             if len(t0):
                 self._fails[d] = 0
-                out.append((clock.ordinal, METHOD_PINGPONG, t0, rem, t1))
+                out.append((clock.number, METHOD_PINGPONG, t0, rem, t1))
                 self._count(d, len(t0))
                 with self._lock:
                     self._stats["start_wait_ns"][d] += clock.last_start_wait_ns or 0
@@ -288,7 +300,7 @@ class ClockProbeThread(threading.Thread):
             with self._lock:
                 self._stats["fallback_bursts"][d] += 1
         t0, rem, t1 = clock.launch_sync(self.launch_sync_pings)
-        out.append((clock.ordinal, METHOD_LAUNCH_SYNC, t0, rem, t1))
+        out.append((clock.number, METHOD_LAUNCH_SYNC, t0, rem, t1))
         self._count(d, len(t0))
         return out
 
@@ -338,6 +350,26 @@ def _available(gpus):
         return gpu_clock_available(gpus)
     except Exception as e:  # a broken cuda-bindings install must not stop a recording
         return False, _sentence(e)
+
+
+def _identity(g) -> tuple:
+    """(CUDA ordinal, n of GPU<n>, bus id or None) of a Device row or a bare ordinal."""
+    if isinstance(g, int) or hasattr(g, "__index__"):
+        return int(g), int(g), None
+    if g.cuda_ordinal is None:
+        raise ValueError(f"{g.name} ({g.bus_id}) has no CUDA ordinal: CUDA does not see it")
+    return int(g.cuda_ordinal), int(g.number), g.bus_id
+
+
+def _check_bus(clock, bus):
+    """The device CUDA opened must be the one the table names (GpuClockError if not)."""
+    from ..store.devices import bus_id
+    got = bus_id(clock.info.get("pci_bus_id"))
+    if bus and got and got != bus_id(bus):
+        raise GpuClockError(f"CUDA device {clock.ordinal} is at {got}, not at {bus}; "
+                            "was CUDA_VISIBLE_DEVICES changed?")
+    if got:
+        clock.info["bus_id"] = got
 
 
 def _all_ordinals():

@@ -239,9 +239,11 @@ class GpuClock:
     """
 
     def __init__(self, ordinal: int, idle_timeout_ns: int = 50_000_000,
-                 ping_timeout_s: float = 0.02, ready_timeout_s: float = 0.5):
+                 ping_timeout_s: float = 0.02, ready_timeout_s: float = 0.5, number=None):
         self.ordinal = int(ordinal)
-        self.domain = f"GPU{self.ordinal}"
+        # n of the domain GPU<n>: the device's NVML index (store/devices.py), not the ordinal
+        self.number = self.ordinal if number is None else int(number)
+        self.domain = f"GPU{self.number}"
         self.idle_timeout_ns = int(idle_timeout_ns)
         self.ping_timeout_s = ping_timeout_s
         self.ready_timeout_s = ready_timeout_s
@@ -265,7 +267,8 @@ class GpuClock:
         cu = driver()
         count = init_driver()
         if not 0 <= self.ordinal < count:
-            raise GpuClockError(f"GPU{self.ordinal} does not exist: CUDA sees {count} GPU(s)")
+            raise GpuClockError(f"CUDA device {self.ordinal} ({self.domain}) does not exist: "
+                                f"CUDA sees {count} GPU(s)")
         where = f" on {self.domain}"
         self._dev = _check(cu.cuDeviceGet(self.ordinal), "cuDeviceGet" + where)
         name = _decode(_check(cu.cuDeviceGetName(256, self._dev), "cuDeviceGetName" + where))

@@ -84,6 +84,12 @@ def _gpu_inventory():
     return gpu_inventory()
 
 
+def _device_table(gpus, use_cuda):
+    """The header's devices (NVML index -> bus id -> CUDA ordinal) and notes on gaps."""
+    from .devices import device_table
+    return device_table(gpus, use_cuda=use_cuda)
+
+
 class Recorder:
     def __init__(self, opts: RecordOptions):
         self.opts = opts
@@ -94,6 +100,7 @@ class Recorder:
         self.child = None
         self.writer = None
         self.gpus = []
+        self.devices = []
         self._closers = []
         self._activity = None
 
@@ -178,6 +185,7 @@ class Recorder:
             "tool": "clockalign", "version": __version__, "host": socket.gethostname(),
             "kernel": os.uname().release, "argv": sys.argv,
             "driver": nvidia_driver_version(), "gpus": self.gpus,
+            "devices": [d.row() for d in self.devices],
             "clocks": read_clocks(),
             "mode": "spawn" if self.child else "pid",
             "targets": [target(p) for p in tgids],
@@ -211,6 +219,9 @@ class Recorder:
         if o.output is not None:
             check_output(o.output, force=o.force)
         self.gpus, self.gpu_why = _gpu_inventory()
+        self.devices, dev_notes = _device_table(self.gpus, o.gpu_clock)
+        for n in dev_notes:
+            self.notice(n, "warning")
         env = dict(o.env if o.env is not None else os.environ)
         if o.gpu_activity:
             self._prepare_activity(env)
@@ -304,7 +315,8 @@ class Recorder:
             helpers.append(("gpu_activity", self._activity))
         try:
             from .clockprobe import ClockProbeThread
-            gpus = [g["index"] for g in self.gpus] if o.gpu_clock else []
+            gpus = [d for d in self.devices if d.cuda_ordinal is not None] \
+                if o.gpu_clock else []
             cp = ClockProbeThread(self.writer, gpus=gpus, gpu=bool(o.gpu_clock and gpus),
                                   gpu_period_s=o.gpu_clock_period, pings=o.gpu_clock_pings)
             cp.start()

@@ -80,13 +80,22 @@ def command(run_file, pairs, as_json, stamps, domain, window, tick):
             raise ClockalignError(f"{run_file} has no clock domain {name}; it has "
                                   f"{', '.join(models)}")
         mapped = (name, map_stamps(models[name], stamps))
+    devices = None
+    if reader is not None:
+        from ..store.devices import Devices
+        from ..store.schema import Chunk
+        devices = Devices.from_meta(reader.meta, reader.rows(Chunk.CLOCK_INFO))
     if as_json:
         out = {name: m.summary() for name, m in models.items()}
         out.update({name: {"error": why} for name, why in models.failed.items()})
+        for name, d in out.items():
+            dev = devices.by_name(name) if devices is not None else None
+            if dev is not None:
+                d["device"] = dev.row()
         if mapped:
             out[mapped[0]]["map"] = mapped[1]
         click.echo(json.dumps(out[name] if pairs is not None else out, indent=2))
     else:
-        click.echo(describe_fits(models, mapped))
+        click.echo(describe_fits(models, mapped, devices))
     if reader is not None and reader.truncated:
         raise TruncatedRun(f"{run_file} is {reader.truncated}; fitted what it holds")

@@ -7,6 +7,7 @@ import click
 
 from ..errors import ClockalignError, TruncatedRun
 from ..store.decode import event_dicts
+from ..store.devices import Devices
 from ..store.reader import RunReader
 from ..store.schema import Chunk
 from ..store.writer import check_output, open_private
@@ -25,11 +26,13 @@ Examples:
 def command(file, output):
     """Write each event as a JSON line with kind, t_ns (MONOTONIC), pid, tid and the kind's
     own fields (cuda: fn, ret, dur_ns, args; connect: peer, errno, dur_ns; sched: prev_state,
-    off_cpu_ns, wakeup_to_run_ns; xid: code, dev, msg, msg_whole), then the GPU activity of a
-    --gpu-activity run (gpu_kernel, gpu_copy, gpu_memset: t_ns, end_ns and unc_ns mapped from
-    the GPU's clock, device, stream, name, grid/block or bytes, and the launching call's tid
-    and t_ns). Exits 3 on a truncated file."""
+    off_cpu_ns, wakeup_to_run_ns; xid: code, dev, msg, msg_whole, and gpu (GPU0) and bus_id
+    where the device is in the run's table), then the GPU activity of a --gpu-activity run
+    (gpu_kernel, gpu_copy, gpu_memset: t_ns, end_ns and unc_ns mapped from the GPU's clock,
+    device, stream, name, grid/block or bytes, and the launching call's tid and t_ns).
+    Exits 3 on a truncated file."""
     r = RunReader(file)
+    devices = Devices.from_meta(r.meta)   # the header only: a damaged chunk changes no line
     if output == "-":
         out = sys.stdout
     else:
@@ -39,7 +42,8 @@ def command(file, output):
         with contextlib.nullcontext(out) if out is sys.stdout else out:
             for batch in r.iter_events():
                 out.writelines(json.dumps(d) + "\n"
-                               for d in event_dicts(batch, xid_messages=r.xid_messages))
+                               for d in event_dicts(batch, xid_messages=r.xid_messages,
+                                                    devices=devices))
             if Chunk.GPU_ACTIVITY in r.chunk_types():
                 from ..timeline import Timeline
                 from ..timeline.gpu_activity import activity_dicts

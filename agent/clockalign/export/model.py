@@ -132,9 +132,11 @@ def run_salt(meta: dict) -> int:
 class Tracks:
     """Every track of the trace, created on first use; parents are created first."""
 
-    def __init__(self, threads: dict, processes: dict, salt: int = 0):
+    def __init__(self, threads: dict, processes: dict, salt: int = 0,
+                 gpu_label=lambda g: f"GPU{g}"):
         self.threads = threads
         self.processes = processes
+        self.gpu_label = gpu_label      # GPU n's track name: "GPU0 00000000:18:00.0"
         self.uuid_base = (salt & ((1 << 40) - 1)) << 24
         self.seq_base = SEQ_BASE + ((salt & 0x3FFF) << 16)
         self.clock_seq = self.seq_base + 1     # the clock snapshot's sequence
@@ -218,7 +220,7 @@ class Tracks:
         t = self.by_key.get(key)
         if t is None:
             p = self._pseudo_id()
-            t = self._add(key, kind="gpu", name=f"GPU {gpu}", json_pid=p, json_tid=p)
+            t = self._add(key, kind="gpu", name=self.gpu_label(gpu), json_pid=p, json_tid=p)
         return t
 
     def counter(self, gpu: int, field: int, name: str, unit: str) -> Track:
@@ -227,6 +229,16 @@ class Tracks:
         if t is None:
             g = self.gpu(gpu)
             t = self._add(key, kind="counter", name=name, parent=g, unit=unit,
+                          json_pid=g.json_pid, json_tid=g.json_tid)
+        return t
+
+    def clock(self, gpu: int) -> Track:
+        """GPU n's clock domain: its band half-width over time, a counter under the GPU."""
+        key = ("clock", gpu)
+        t = self.by_key.get(key)
+        if t is None:
+            g = self.gpu(gpu)
+            t = self._add(key, kind="counter", name=f"GPU{gpu} clock ±", parent=g, unit="ns",
                           json_pid=g.json_pid, json_tid=g.json_tid)
         return t
 
@@ -252,7 +264,7 @@ class Tracks:
         t = self.by_key.get(key)
         if t is None:
             g = self.gpu(gpu)
-            t = self._add(key, kind="gpu_stream", name=f"GPU {gpu} stream {stream} (pid {pid})",
+            t = self._add(key, kind="gpu_stream", name=f"GPU{gpu} stream {stream} (pid {pid})",
                           pid=pid, parent=g, json_pid=g.json_pid, json_tid=self._pseudo_id())
         return t
 
@@ -439,7 +451,8 @@ class TraceModel:
                 cmd = " ".join(map(str, cmd)) if isinstance(cmd, (list, tuple)) else str(cmd)
                 where = target_label(t)
                 processes[int(t["pid"])] = f"{cmd} [{where}]" if where else cmd
-        self.tracks = Tracks(dict(tl.threads or {}), processes, run_salt(tl.meta or {}))
+        self.tracks = Tracks(dict(tl.threads or {}), processes, run_salt(tl.meta or {}),
+                             gpu_label=tl.devices.label)
         self.lanes = Lanes(self.tracks)
         self.strings = Strings()
         self.counts = {}              # kind -> events exported

@@ -231,6 +231,25 @@ class PerfettoWriter:
                        + [vb.const(P_TAIL_SEQ + vb.varint_scalar(g.seq) + P_FLAGS_NEEDS)], n)
             self.raw(vb.flatten(pkt, n), n)
 
+    def clock_band(self, gpu: int, t_ns, unc_ns):
+        """GPU n's clock domain as a counter under its GPU: the half-width (ns) of the band
+        a GPU time is mapped with, at host times t_ns."""
+        if not len(t_ns):
+            return
+        tr = self.model.tracks
+        g = tr.gpu(gpu)
+        t = tr.clock(gpu)
+        self.declare([x for x in tr.take_new() if x.kind != "counter"])
+        self.start_sequence(t.seq)      # its own writer: its times need not follow g's
+        d = TrackDescriptor(uuid=t.uuid, name=f"{t.name} ({t.unit})", parent_uuid=g.uuid)
+        self._counter_desc(d, t.unit)
+        self.packet(TracePacket(trusted_packet_sequence_id=t.seq, track_descriptor=d))
+        for ts, u in zip(np.asarray(t_ns).tolist(), np.asarray(unc_ns).tolist()):
+            self.packet(TracePacket(
+                timestamp=int(ts), trusted_packet_sequence_id=t.seq, sequence_flags=NEEDS,
+                track_event=TrackEvent(type=TrackEvent.TYPE_COUNTER, track_uuid=t.uuid,
+                                       double_counter_value=float(u))))
+
     @staticmethod
     def _counter_desc(d, unit):
         c = d.counter
@@ -320,6 +339,24 @@ def _field_unit(f: int) -> str:
     return FIELDS.get(int(f), ("", ""))[:2][1]
 
 
+def gpu_clock_bands(tl, points: int = 400) -> dict:
+    """{"GPU<n>": (host t_ns, half-width ns)} of every fitted GPU domain, at ``points``
+    remote times from its first to its last sandwich (the band between bursts included)."""
+    from ..align.stats import int_grid
+    from ..store.schema import Chunk
+    gpu = tl.reader.columns(Chunk.GPU_CLOCK)
+    out = {}
+    for g in np.unique(gpu.get("gpu", np.zeros(0))).tolist():
+        name = f"GPU{g}"
+        if name not in tl.models:
+            continue
+        r = gpu["remote"][gpu["gpu"] == g].astype(np.int64)
+        t, u = tl.models[name].map(int_grid(r.min(), r.max(), points))
+        order = np.argsort(t, kind="stable")
+        out[name] = (t[order], u[order])
+    return out
+
+
 def write_perfetto(tl, f, progress=None, batch_rows=None) -> dict:
     """Stream the whole run into ``f`` (binary); returns counts for the CLI and tests."""
     model = TraceModel(tl, **({"batch_rows": batch_rows} if batch_rows else {}))
@@ -339,6 +376,8 @@ def write_perfetto(tl, f, progress=None, batch_rows=None) -> dict:
         for g in np.unique(cnt["gpu"]).tolist():
             rows = cnt[cnt["gpu"] == g]
             w.counters(int(g), rows[np.argsort(rows["t_ns"], kind="stable")])
+    for name, (t, u) in gpu_clock_bands(tl).items():
+        w.clock_band(int(name[3:]), t, u)
     w.faults(faults, model.unmatched_steps())
     gpu_n = write_gpu_activity(w, acts, model.gpu_flows) if len(acts) else 0
     return {"events": dict(model.counts), "packets": w.packets, "bytes": w.bytes,

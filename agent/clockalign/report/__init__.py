@@ -87,13 +87,14 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
     # ---- alignment
     rows = analysis.alignment(tl)
     t = Table(["domain", "segments", "skew ppm", "samples used/total", "min RTT",
-               "half-width p50", "p99", "max", "floor", "tick", "steps"])
+               "half-width p50", "p99", "max", "floor", "tick", "steps", "device"])
     b = Table(["domain", "band p99", "tick", "stamping p99", "total p99"])
     for r in rows:
         t.add([r["domain"], r["segments"], f"{r['skew_ppm']:+.3f}",
                f"{r['samples_used']}/{r['samples_total']}", fmt_ns(r["min_rtt_ns"]),
                fmt_ns(r["hw_p50"]), fmt_ns(r["hw_p99"]), fmt_ns(r["hw_max"]),
-               fmt_ns(r["floor_ns"]), fmt_ns(r["tick_ns"]), len(r["steps"])])
+               fmt_ns(r["floor_ns"]), fmt_ns(r["tick_ns"]), len(r["steps"]),
+               r["device"] or "-"])
         stamp = r["stamp_p99"]
         total = (r["hw_p99"] or 0) + (r["tick_ns"] or 0) + (stamp or 0)
         b.add([r["domain"], fmt_ns(r["hw_p99"]), fmt_ns(r["tick_ns"]),
@@ -103,6 +104,18 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
         for s in r["steps"]:
             steps_md += (f"- {r['domain']} stepped by {fmt_ns(s.get('remote_jump_ns'))} at "
                          f"{fmt_t(s.get('host_ns', t0), t0)}\n")
+    pairs = analysis.gpu_clock_pairs(tl)
+    nums["gpu_clock_pairs"] = pairs
+    pt = Table(["GPU", "against", "skew ppm", "offset first", "offset last", "steps",
+                "±p50", "±p99", "points"])
+    for p in pairs:
+        pt.add([p["b_label"], p["a_label"], f"{p['skew_ppm']:+.3f}", fmt_ns(p["offset_first_ns"]),
+                fmt_ns(p["offset_last_ns"]), len(p["steps"]),
+                fmt_ns(p["unc_p50_ns"]), fmt_ns(p["unc_p99_ns"]), p["points"]])
+    pairs_md = ("\n### GPU clocks against each other\n\nOffset = the GPU's timer minus the "
+                "other's at the same host instant; ± = the sum of both bands' half-widths, "
+                "how well a time on one GPU is known against a time on the other.\n\n"
+                + pt.markdown()) if pairs else ""
     nums["alignment"] = [{k: v for k, v in r.items() if k not in (
         "summary", "residual_t", "residual_ns", "residual_half_rtt", "band_t", "band_ns")}
         for r in rows]
@@ -119,8 +132,10 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
                    "half-width + the remote clock's tick + the sample's own stamping "
                    "uncertainty (counter samples: their NVML/DCGM latency). BPF events are "
                    "stamped on MONOTONIC itself (no mapping).\n\n" + b.markdown() +
-                   f"\n{assumption}\n" + (f"\n![alignment]({fig})\n" if fig else "") + failed)
-        section("Alignment", t.text() + "\n\n" + b.text() + ("\n  " + steps_md.replace(
+                   f"\n{assumption}\n" + pairs_md + (f"\n![alignment]({fig})\n" if fig else "")
+                   + failed)
+        section("Alignment", t.text() + "\n\n" + b.text() + (
+            "\n\n" + pt.text() if pairs else "") + ("\n  " + steps_md.replace(
             "\n", "\n  ").rstrip() if steps_md else "") + failed.replace("\n", "\n  "),
             body_md)
     elif failed:
@@ -254,7 +269,7 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
 
     # ---- counters
     cnt = tl.counters()
-    cfigs = figures.counters(cnt, t0, faults, out_dir)
+    cfigs = figures.counters(cnt, t0, faults, out_dir, label=tl.devices.label)
     files += cfigs
     if cnt is not None and len(cnt):
         from ..store.counter_fields import FIELDS
@@ -266,7 +281,7 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
                     continue
                 v = cnt["value"][mm]
                 name, unit = FIELDS.get(f, (f"field {f}", ""))[:2]
-                t.add([g, name, unit, fmt_count(mm.sum()), f"{v.min():.6g}",
+                t.add([tl.devices.label(g), name, unit, fmt_count(mm.sum()), f"{v.min():.6g}",
                        f"{analysis.pct(v, 50):.6g}", f"{v.max():.6g}"])
         notes = "".join(f"\n{n}\n" for n in getattr(tl, "notes", []) if "counter" in n)
         section("GPU counters", t.text(), t.markdown() + notes +
@@ -277,7 +292,7 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
     # ---- faults
     t = Table(["time", "kind", "fault", "where", "±", "sources", "recovery", "then"])
     for f in faults:
-        where = (f"GPU {f.gpu}" if f.gpu is not None else "") + (
+        where = (tl.devices.label(f.gpu) if f.gpu is not None else "") + (
             f" {f.pid}/{f.tid}" if f.pid else "")
         src = ", ".join(sorted({str(s.get("source")) for s in (f.sightings or [])}))
         then = "; ".join(f"{e.get('what')}" + (f" {e.get('name')}" if e.get("name") and

@@ -186,7 +186,8 @@ def alignment(tl) -> list:
     for name, model in sorted(tl.models.items()):
         s = model.summary()
         hw = s.get("halfwidth_ns") or {}
-        row = {"domain": name, "summary": s, "segments": len(s.get("segments", [])),
+        row = {"domain": name, "device": tl.devices.describe(name),
+               "summary": s, "segments": len(s.get("segments", [])),
                "skew_ppm": float(s.get("skew_ppm") or 0.0), "offset_ns": s.get("offset_ns"),
                "samples_used": s.get("samples_used"), "samples_total": s.get("samples_total"),
                "min_rtt_ns": s.get("min_rtt_ns"), "floor_ns": s.get("floor_ns"),
@@ -204,6 +205,25 @@ def alignment(tl) -> list:
             grid_r = int_grid(r.min(), r.max(), 400)
             row["band_t"], row["band_ns"] = model.map(grid_r)
         out.append(row)
+    return out
+
+
+def gpu_clock_pairs(tl) -> list:
+    """Every probed GPU's timer against the first one's (align/compare.py): skew, offset
+    and how well a time of one is known against a time of the other."""
+    from ..align.compare import compare
+    gpu = tl.reader.columns(Chunk.GPU_CLOCK)
+    names = [f"GPU{g}" for g in np.unique(gpu.get("gpu", np.zeros(0))).tolist()]
+    names = [n for n in names if n in tl.models]
+    out = []
+    for b in names[1:]:
+        a = names[0]
+        ra = gpu["remote"][gpu["gpu"] == int(a[3:])]
+        rb = gpu["remote"][gpu["gpu"] == int(b[3:])]
+        rel = compare(tl.models[a], ra, tl.models[b], rb)
+        if rel is not None:
+            out.append({"a": a, "b": b, "a_label": tl.devices.label(a),
+                        "b_label": tl.devices.label(b), **rel})
     return out
 
 

@@ -20,9 +20,9 @@ def _headline(f) -> str:
     if f.kind == "connect_error":
         return f"connect {f.target} -> {f.name}"
     if f.kind == "xid":
-        return f.name + (f" on GPU {f.gpu}" if f.gpu is not None else "")
+        return f.name + (f" on GPU{f.gpu}" if f.gpu is not None else "")
     if f.kind == "throttle":
-        return f"GPU {f.gpu} {f.name}"
+        return f"GPU{f.gpu} {f.name}"
     return f.name
 
 

@@ -79,8 +79,10 @@ def alignment(rows, t0, out_dir):
                             label="± band half-width + tick")
         for s in r["steps"]:
             ax.axvline(_secs(s.get("host_ns", t0), t0), color="red", ls=":", label="step")
-        ax.set_title(f"{r['domain']}: skew {r['skew_ppm']:+.3f} ppm, band half-width "
-                     f"p50 {r['hw_p50']} ns / p99 {r['hw_p99']} ns, {r['segments']} segment(s)")
+        dev = (r.get("device") or "").split(",")[0]     # the bus id of a GPU domain
+        ax.set_title(f"{r['domain']}{' ' + dev if dev else ''}: skew {r['skew_ppm']:+.3f} ppm, "
+                     f"band half-width p50 {r['hw_p50']} ns / p99 {r['hw_p99']} ns, "
+                     f"{r['segments']} segment(s)")
         ax.set_ylabel("µs")
         lim = max([float(np.max(np.abs(r[k]))) / 1e3 for k in ("residual_ns", "band_ns")
                    if k in r and len(r[k])] + [0.0]) * 1.3
@@ -173,7 +175,8 @@ COUNTER_PANELS = ["sm_clock", "mem_clock", "power", "gpu_util", "gpu_temp", "mem
                   "clock_event_reasons"]
 
 
-def counters(cnt, t0, faults, out_dir) -> list:
+def counters(cnt, t0, faults, out_dir, label=lambda g: f"GPU{g}") -> list:
+    """One figure per GPU; ``label(n)`` names GPU n in its title (the run's devices)."""
     from ..store.counter_fields import FIELD_BY_NAME, FIELDS
     out = []
     if cnt is None or not len(cnt):
@@ -196,7 +199,7 @@ def counters(cnt, t0, faults, out_dir) -> list:
             ax.plot(_secs(cnt["t_ns"][m], t0), y, lw=1, drawstyle="steps-post")
             ax.set_ylabel(f"{name}\n({unit})", fontsize=8)
             _mark_faults(ax, gf, t0, label=ax is axes[0, 0])
-        axes[0, 0].set_title(f"GPU {g} counters (dashed lines: faults)")
+        axes[0, 0].set_title(f"{label(g)} counters (dashed lines: faults)")
         if any(f.kind != "cuda_sticky_error" for f in gf):
             axes[0, 0].legend(loc="upper left", fontsize=7, ncol=4)
         axes[-1, 0].set_xlabel("time since start of run (s)")

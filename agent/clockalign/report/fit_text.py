@@ -5,14 +5,17 @@
 from ..align import ASSUMPTION
 
 
-def describe(name, s) -> str:
-    """One domain's AlignmentModel.summary() as lines of text."""
+def describe(name, s, device: str = "") -> str:
+    """One domain's AlignmentModel.summary() as lines of text; ``device`` says which GPU
+    a GPU domain is (store/devices.Devices.describe)."""
     hw = s["halfwidth_ns"]
     lines = [f"{name}: {len(s['segments'])} segment(s), skew {s['skew_ppm']:+.3f} ppm, "
              f"offset {s['offset_ns']} ns (host - remote at the first sandwich)",
              f"  sandwiches used {s['samples_used']}/{s['samples_total']}, min round trip "
              f"{s['min_rtt_ns']} ns (floor +-{s['floor_ns']} ns), tick {s['tick_ns']} ns",
              f"  band half-width p50 {hw['p50']} ns, p99 {hw['p99']} ns, max {hw['max']} ns"]
+    if device:
+        lines.insert(1, f"  device: {device}")
     if not s["steps"]:
         lines.append("  steps: none found")
     for st in s["steps"]:
@@ -32,17 +35,21 @@ def describe(name, s) -> str:
     return "\n".join(lines)
 
 
-def describe_fits(models, mapped=None) -> str:
+def describe_fits(models, mapped=None, devices=None) -> str:
     """Every fitted domain (with the --map rows of ``mapped`` = (domain, rows)), then the
-    domains whose fit failed (``models.failed``) and why, then the stated assumption."""
+    domains whose fit failed (``models.failed``) and why, then the stated assumption.
+    ``devices`` (store/devices.Devices) names the GPU behind each GPU domain."""
     out = []
+    dev = devices.describe if devices is not None else (lambda name: "")
     for name, m in models.items():
-        out.append(describe(name, m.summary()))
+        out.append(describe(name, m.summary(), dev(name)))
         if mapped and mapped[0] == name:
             out.extend(f"  {row['remote_ns']} -> {row['host_ns']} +- {row['unc_ns']} ns"
                        for row in mapped[1])
         out.append("")
     for name, why in getattr(models, "failed", {}).items():
-        out.append(f"{name}: the fit failed ({why}); its times are not mapped\n")
+        d = dev(name)
+        out.append(f"{name}: the fit failed ({why}); its times are not mapped"
+                   + (f"\n  device: {d}" if d else "") + "\n")
     out.append(f"assumption: {ASSUMPTION}")
     return "\n".join(out)

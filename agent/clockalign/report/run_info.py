@@ -7,6 +7,7 @@ import datetime
 
 import numpy as np
 
+from ..store.devices import Devices
 from ..store.meta import target_label as container_label
 from ..store.schema import KIND_NAMES, Chunk
 
@@ -47,8 +48,10 @@ def info_lines(r, file) -> list:
             lib = f"{t['libcuda_in_target']} (probed as {lib})"
         out.append(f"target    pid {t.get('pid')}{f' ({where})' if where else ''}: {cmd[:100]}"
                    f"  libcuda {lib}")
-    for g in _maps(m.get("gpus")):
-        out.append(f"gpu       {g.get('index')}: {g.get('name')} {g.get('uuid', '')}")
+    devices = Devices.from_meta(m, r.rows(Chunk.CLOCK_INFO))
+    for d in devices:
+        out.append(f"gpu       {d.name}: {devices.describe(d.name)}"
+                   + (f"  {d.uuid}" if d.uuid else ""))
     out.append("clocks    " + "  ".join(f"{k}={v}" for k, v in clocks.items()))
     if counts.any():
         out.append("events    " + ", ".join(f"{KIND_NAMES.get(k, k)} {n}"

@@ -102,9 +102,11 @@ def decode_sockaddr(data, addrlen=None) -> str:
 
 
 
-def event_dicts(ev: np.ndarray, t_field="ts", xid_messages: XidMessages = None):
+def event_dicts(ev: np.ndarray, t_field="ts", xid_messages: XidMessages = None,
+                devices=None):
     """One JSON-ready dict per event (dump's schema: kind, t_ns, pid, tid + per-kind fields);
-    an Xid's whole message comes from xid_messages (the reader's)."""
+    an Xid's whole message comes from xid_messages (the reader's), its device name (gpu:
+    "GPU0", bus_id) from ``devices`` (store/devices.Devices of the run)."""
     xid_messages = xid_messages or XidMessages()
     data = ev["data"]
     for i in range(len(ev)):
@@ -148,6 +150,9 @@ def event_dicts(ev: np.ndarray, t_field="ts", xid_messages: XidMessages = None):
         elif kind == Kind.XID:
             dev, msg, whole = xid_messages.of(e)
             d.update(code=int(e["ret"]), dev=dev, msg=msg, msg_whole=whole)
+            g = devices.by_bus(dev) if devices is not None else None
+            if g is not None:
+                d.update(gpu=g.name, bus_id=g.bus_id)
         elif kind in (Kind.THREAD_NEW, Kind.THREAD_NAME, Kind.THREAD_EXIT):
             d["comm"] = decode_comm(data[i])
             if kind == Kind.THREAD_NEW:

@@ -9,12 +9,11 @@ through the alignment models of clockalign.align, each mapped time with its unce
     c = tl.counters(fields=["sm_clock"])
     for f in tl.faults(): print(f.kind, f.name, f.t_ns, f.unc_ns)
 """
-import re
-
 import numpy as np
 
 from ..errors import ClockalignError
 from ..store.counter_fields import FIELD_BY_NAME, FIELDS
+from ..store.devices import Devices
 from ..store.reader import RunReader
 from ..store.schema import Chunk, Kind
 from .events import TIMELINE_DTYPE, decode_comm, decode_xid, select, to_timeline
@@ -30,19 +29,6 @@ COUNTER_DTYPE = np.dtype([
 
 REFERENCE = "MONOTONIC"
 
-_PCI = re.compile(r"(?:([0-9a-fA-F]+):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.([0-7]))?$")
-
-
-def _pci_key(name):
-    """'0000:18:00.0', NVML's '00000000:18:00.0' and the Xid log's '0000:18:00' ->
-    (0, 0x18, 0, 0); None if not a PCI address."""
-    m = _PCI.search(str(name).strip()) if name else None
-    if not m:
-        return None
-    dom = int(m.group(1), 16) if m.group(1) else 0
-    return dom, int(m.group(2), 16), int(m.group(3), 16), int(m.group(4) or 0)
-
-
 class Timeline:
     """Query API over one run (see docs/timeline-api.md for the contract)."""
 
@@ -55,6 +41,7 @@ class Timeline:
         self._index = None
         self._faults = None
         self._gpu_events = None
+        self._devices = None
         self._fit_error = None
         self._fit_failures = {}
         self.notes = []
@@ -247,22 +234,20 @@ class Timeline:
         return self.reader.xid_messages.of(ev)
 
     # ------------------------------------------------------------------ GPUs
+    @property
+    def devices(self) -> Devices:
+        """The run's GPUs, one name (GPU<n>) and bus id each (store/devices.py)."""
+        if self._devices is None:
+            self._devices = Devices.from_meta(self.meta, self.reader.rows(Chunk.CLOCK_INFO))
+        return self._devices
+
     def gpu_of_pci(self, name):
-        """NVML index of the GPU at PCI address ``name`` (from the header's gpu list); if
-        the run saw exactly one GPU that one; None if unknown."""
-        gpus = self.meta.get("gpus") or []
-        key = _pci_key(name)
-        if key is not None:
-            for i, g in enumerate(gpus):
-                if not isinstance(g, dict):
-                    continue
-                for k, v in g.items():
-                    if "pci" in str(k).lower() and _pci_key(v) == key:
-                        return int(g.get("index", i))
-        if len(gpus) == 1:
-            g = gpus[0]
-            return int(g.get("index", 0)) if isinstance(g, dict) else 0
-        return None
+        """n of the GPU<n> at PCI address ``name`` (any spelling: the Xid tracepoint's,
+        NVML's); if the run saw exactly one GPU that one; None if unknown."""
+        d = self.devices.by_bus(name)
+        if d is None and len(self.devices) == 1:
+            d = self.devices.all[0]
+        return None if d is None else d.number
 
     def gpu_events(self) -> list:
         """GPU_EVENTS rows (NVML/DCGM, stamped on receipt) with ``t_ns``/``unc_ns`` on

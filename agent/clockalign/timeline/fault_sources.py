@@ -185,7 +185,7 @@ def throttle_faults(tl) -> list:
                 continue
             t, u = _between(g, i)
             f = Fault(0, t, u, "throttle", bit, name,
-                      f"GPU {int(gpu)} clocks held down: {name} "
+                      f"GPU{int(gpu)} clocks held down: {name} "
                       + ("set in the first sample (it may have been on before)" if i == 0
                          else "switched on between two samples"), gpu=int(gpu))
             f.sightings.append({"source": "counters", "t_ns": int(g["t_ns"][i]),

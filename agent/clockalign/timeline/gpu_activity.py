@@ -78,9 +78,11 @@ def _uuid_text(lo: int, hi: int) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _domains(recs, clock_info, models, notes) -> dict:
-    """(pid, device) -> clock domain name, by UUID; else by ordinal where that is the only
-    choice."""
+def _domains(recs, clock_info, models, notes, devices=()) -> dict:
+    """(pid, device) -> clock domain name, by UUID; else the recorder's device of that CUDA
+    ordinal (``devices``, the run's table: the target's ordinals are its own, so this holds
+    only where both saw the same CUDA_VISIBLE_DEVICES, and a note says so), or the only
+    probed GPU."""
     by_uuid = {str(r.get("uuid")).lower(): r["domain"] for r in clock_info
                if isinstance(r, dict) and r.get("uuid") and r.get("domain")}
     out = {}
@@ -94,7 +96,8 @@ def _domains(recs, clock_info, models, notes) -> dict:
     for p, d in {(int(p), int(d)) for p, d in zip(acts["pid"], acts["device"])}:
         if out.get((p, d)):
             continue
-        guess = f"GPU{d}" if f"GPU{d}" in models else (gpus[0] if len(gpus) == 1 else None)
+        same = [x.name for x in devices if x.cuda_ordinal == d and x.name in models]
+        guess = same[0] if same else (gpus[0] if len(gpus) == 1 else None)
         if guess:
             notes.append(f"process {p}'s CUDA device {d} had no UUID matching a probed GPU; "
                          f"its activity is mapped through {guess}")
@@ -183,7 +186,7 @@ def load(tl) -> GpuActivity:
     acts = recs[np.isin(recs["kind"], ACTIVITY_KINDS)]
     api = recs[recs["kind"] == GpuKind.API]
     models = tl.models
-    domains = _domains(recs, reader.rows(Chunk.CLOCK_INFO), models, notes)
+    domains = _domains(recs, reader.rows(Chunk.CLOCK_INFO), models, notes, tl.devices)
     rows = np.zeros(len(acts), dtype=ACTIVITY_DTYPE)
     for f in ("kind", "pid", "device", "stream", "name", "corr", "grid", "block", "aux",
               "shmem"):

@@ -19,6 +19,7 @@ import numpy as np
 from ..store import cuda_api
 from ..store.counter_fields import CLOCK_REASONS, FIELD_BY_NAME
 from ..store.decode import cstring, decode_sockaddr
+from ..store.devices import bus_key
 from ..store.schema import Chunk, Kind, TcpCode
 from ..timeline.codes import cuda_result_name, errno_name
 from .histogram import (CONNECT_BOUNDS_NS, CUDA_CALL_BOUNDS_NS, MODULE_LOAD_BOUNDS_NS,
@@ -104,7 +105,8 @@ class Aggregator:
     def open(self, meta: dict) -> None:
         with self._lock:
             self.gpus = list(meta.get("gpus") or [])
-            self._pci = {_pci_key(g.get("pci_bus_id", "")): g["index"] for g in self.gpus}
+            self._pci = {bus_key(g.get("pci_bus_id")): g["index"] for g in self.gpus
+                         if bus_key(g.get("pci_bus_id")) is not None}
             self._xid_from_bpf = "-DCA_XID" in (meta.get("cflags") or [])
             self.armed = True
         if self._on_open:
@@ -171,7 +173,7 @@ class Aggregator:
                                  else "received")] += 1
         for i in sel[Kind.XID]:
             dev = cstring(c["data"][i], 0, 16)
-            gpu = self._pci.get(_pci_key(dev))
+            gpu = self._pci.get(bus_key(dev))
             self.xids[(str(gpu) if gpu is not None else dev or "unknown",
                        str(int(c["ret"][i])))] += 1
 
@@ -343,13 +345,6 @@ class Aggregator:
             allocs = sum(self.alloc_failures.values())
         return (f"cuda calls {calls} ({failed} failed, {allocs} allocation failures)  "
                 f"scrapes {self.scrapes}")
-
-
-def _pci_key(bus_id: str) -> str:
-    """A PCI address without its domain, lower case: NVML says 00000000:19:00.0, the
-    nvidia_dev_xid tracepoint 0000:19:00 (no function)."""
-    parts = bus_id.lower().split(":")
-    return ":".join(parts[-2:]).split(".")[0] if len(parts) >= 2 else bus_id.lower()
 
 
 def reasons_active(mask: float) -> dict:
