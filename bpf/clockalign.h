@@ -1,6 +1,8 @@
 /* Shared record layout: mirrored by clockalign/store/schema.py (EVENT_DTYPE, Kind).
- * Every event is one fixed 128-byte record, so user space decodes a whole batch of the
- * ring buffer with one numpy view.  Numbers are file format: never reuse one. */
+ * Every event is one fixed 128-byte record sent through the per-CPU perf buffers, so user
+ * space decodes a whole batch with one numpy view (capture/perfbuf.py, native/batch.c).
+ * Numbers are file format: never reuse one. */
+
 #ifndef CLOCKALIGN_H
 #define CLOCKALIGN_H
 

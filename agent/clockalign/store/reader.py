@@ -24,7 +24,6 @@ import zstandard
 
 from ..errors import DamagedRun, NotARunFile, UnsupportedVersion
 from . import codec
-from .counter_fields import COUNTER_COLUMNS
 from .decode import XidMessages
 from .schema import EVENT_DTYPE, GPU_REC_DTYPE, MAGIC, Chunk
 from .writer import CHUNK, CHUNK_MARK, CHUNK_TYPE_LEN, END, END_MARK, HEADER, HEADER_CRC
