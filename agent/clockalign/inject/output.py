@@ -9,8 +9,7 @@ objects (no pyplot state).
 import json
 import os
 
-import numpy as np
-
+from ..align.stats import pct as nearest_rank
 from ..store.writer import open_private
 from .segments import segments
 
@@ -18,10 +17,10 @@ DEADLINE_MS = 2800
 
 
 def pct(values, q):
-    """Nearest-rank percentile (p99 of 20 values is the largest); None for no values."""
-    if not len(values):
-        return None
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q, method="inverted_cdf"))
+    """clockalign's nearest-rank percentile (align/stats.py; p99 of 20 values is the
+    largest) as a float; None for no values."""
+    v = nearest_rank(values, q)
+    return None if v is None else float(v)
 
 
 def _ms(values, q):
