@@ -143,6 +143,26 @@ def test_outputs_merge_rows(tmp_path):
     assert open(paths["png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_outputs_say_how_they_were_made(tmp_path):
+    """lifecycle.md names the command that repeats the plan, the machine and the date."""
+    import shlex
+
+    from clockalign.inject.run import Plan, made_by
+    plan = Plan(engines=["onnxruntime"], faults=["oom", "timeout"], out_dir=str(tmp_path),
+                n=7, load=2, deadline_ms=500.0)
+    line = made_by(plan)
+    cmd = line.split("`")[1]
+    assert shlex.split(cmd) == ["clockalign", "inject", "--engine", "onnxruntime",
+                                "--fault", "oom", "--fault", "timeout", "-n", "7",
+                                "--deadline-ms", "500", "--recovery-deadline", "2.8",
+                                "--load", "2", "--load-generator", "auto", "-o", str(tmp_path)]
+    assert os.uname().nodename in line and f"kernel {os.uname().release}" in line
+    assert " UTC" in line
+    row = output.make_row("onnxruntime", "oom", [_rep(0, 0, 100_000_000, 300_000_000)])
+    paths = output.write_all(str(tmp_path), [row], {("onnxruntime", "oom"): {}}, [line])
+    assert f"- {line}" in open(paths["md"]).read()
+
+
 # ---------------------------------------------------------------- the GPU path, synthetic
 MS = 1_000_000
 T0 = 50_000 * MS

@@ -42,13 +42,37 @@ class Plan:
     export: bool = True
 
 
-def _gpu_present() -> bool:
+def _gpus() -> list:
+    """NVML's GPUs of this host ([] without NVML)."""
     try:
         from ..capture.counters import gpu_inventory
         gpus, _ = gpu_inventory()
     except ImportError:
         gpus = []
-    return bool(gpus)
+    return gpus
+
+
+def made_by(plan: Plan) -> str:
+    """How these outputs were made, for lifecycle.md's notes: the command that repeats the
+    plan, the machine and the date (each invocation adds its own line)."""
+    import datetime
+    import shlex
+    args = [a for e in plan.engines for a in ("--engine", e)]
+    args += [a for f in plan.faults for a in ("--fault", f)]
+    args += ["-n", str(plan.n), "--deadline-ms", f"{plan.deadline_ms:g}",
+             "--recovery-deadline", f"{plan.recovery_deadline_ms / 1000:g}"]
+    args += ["--url", plan.url] if plan.url else []
+    args += ["--model", plan.model] if plan.model else []
+    args += ["--load", str(plan.load), "--load-generator", plan.load_generator] if plan.load else []
+    args += ["--port", str(plan.port)] if plan.port else []
+    args += ["--device", plan.device] if plan.device != "auto" else []
+    args += [] if plan.export else ["--no-export"]
+    cmd = " ".join(shlex.quote(a) for a in ["clockalign", "inject", *args, "-o", plan.out_dir])
+    u = os.uname()
+    gpus = ", ".join(sorted({g.get("name", "?") for g in _gpus()})) or "no GPU"
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"made by `{cmd}` on {u.nodename} ({u.machine}, kernel {u.release}, "
+            f"{os.cpu_count()} CPUs, {gpus}), {when}")
 
 
 def free_port(port: int) -> int:
@@ -109,7 +133,7 @@ def check(plan: Plan) -> None:
                 raise ClockalignError(f"{need_gpu} needs a GPU engine: this onnxruntime has "
                                       "no CUDAExecutionProvider (onnxruntime-gpu is not "
                                       "installed)")
-    if need_gpu and not _gpu_present():
+    if need_gpu and not _gpus():
         raise ClockalignError(f"{need_gpu} needs an NVIDIA GPU and none is visible here "
                               "(NVML found none)")
     if plan.port:
@@ -247,7 +271,7 @@ def inject(plan: Plan) -> dict:
     each one, so an interrupted run keeps the rows it finished."""
     from .output import write_all
     check(plan)
-    notices, all_rows, paths = [], [], None
+    notices, all_rows, paths = [made_by(plan)], [], None
     for engine in plan.engines:
         for fault in plan.faults:
             mine = []
