@@ -34,22 +34,22 @@ def test_sample_stride_is_the_kernels():
 
 def test_plain_run_of_samples():
     buf = b"".join(_sample(t) for t in range(1, 12))
-    parts, lost = parse_samples(buf, sample_dtype(EVENT_DTYPE))
+    parts, lost, _ = parse_samples(buf, sample_dtype(EVENT_DTYPE))
     assert _ts(parts) == list(range(1, 12)) and lost == 0
 
 
 def test_lost_records_are_counted_and_the_rest_kept():
     buf = (b"".join(_sample(t) for t in range(1, 6)) + _lost(1234) +
            b"".join(_sample(t) for t in range(6, 9)) + _lost(5) + _sample(9))
-    parts, lost = parse_samples(buf, sample_dtype(EVENT_DTYPE))
+    parts, lost, _ = parse_samples(buf, sample_dtype(EVENT_DTYPE))
     assert _ts(parts) == list(range(1, 10))
     assert lost == 1239
 
 
 def test_leading_lost_and_empty():
     rec = sample_dtype(EVENT_DTYPE)
-    assert parse_samples(b"", rec) == ([], 0)
-    parts, lost = parse_samples(_lost(3) + _sample(42), rec)
+    assert parse_samples(b"", rec) == ([], 0, 0)
+    parts, lost, _ = parse_samples(_lost(3) + _sample(42), rec)
     assert _ts(parts) == [42] and lost == 3
 
 
@@ -82,18 +82,27 @@ def test_native_drain_matches_the_numpy_parser_across_the_wrap(at):
     ts = np.empty(len(out), np.uint64)
     got, lost, bad = native_batch.drain_into(ring.ctypes.data, size, at, at + len(recs),
                                              out, ts, 0)
-    parts, want_lost = parse_samples(recs, sample_dtype(EVENT_DTYPE))
+    parts, want_lost, _ = parse_samples(recs, sample_dtype(EVENT_DTYPE))
     want = np.concatenate(parts)
     assert (got, lost, bad) == (len(want), want_lost, 0)
     assert out[:got].tobytes() == want.tobytes()
     assert ts[:got].tolist() == list(range(1, 20))
 
 
+def _odd_sample():
+    return struct.pack("<IHHI", PERF_RECORD_SAMPLE, 0, 32, 20) + b"\1" * 20
+
+
+def test_numpy_parser_counts_a_sample_of_another_size():
+    parts, lost, malformed = parse_samples(_sample(1) + _odd_sample() + _sample(2),
+                                           sample_dtype(EVENT_DTYPE))
+    assert _ts(parts) == [1, 2] and (lost, malformed) == (0, 1)
+
+
 @pytest.mark.skipif(not native_batch.available(),
                     reason=f"native batch helper not built: {native_batch.why_unavailable()}")
 def test_native_drain_counts_a_sample_of_another_size():
-    odd = struct.pack("<IHHI", PERF_RECORD_SAMPLE, 0, 32, 20) + b"\1" * 20
-    recs = _sample(1) + odd + _sample(2)
+    recs = _sample(1) + _odd_sample() + _sample(2)
     ring = _ring(recs, 4096, 0)
     out = np.empty(4, EVENT_DTYPE)
     ts = np.empty(4, np.uint64)

@@ -93,12 +93,12 @@ def sample_dtype(body: np.dtype) -> np.dtype:
 
 
 def parse_samples(buf: bytes, rec: np.dtype):
-    """([arrays of bodies], records lost) from one CPU's batch.  Runs of fixed-stride samples
-    are numpy views; whatever breaks the stride (a PERF_RECORD_LOST after an overflow) is
-    stepped over by its own size and counted, so an overloaded buffer costs no Python per
-    record."""
+    """([arrays of bodies], records lost, samples of another size) from one CPU's batch.
+    Runs of fixed-stride samples are numpy views; whatever breaks the stride (a
+    PERF_RECORD_LOST after an overflow) is stepped over by its own size and counted, so an
+    overloaded buffer costs no Python per record.  The same counts as native/batch.c's."""
     stride = rec.itemsize
-    parts, lost, pos, end = [], 0, 0, len(buf)
+    parts, lost, malformed, pos, end = [], 0, 0, 0, len(buf)
     while end - pos >= 8:
         n = (end - pos) // stride
         if n:
@@ -115,8 +115,10 @@ def parse_samples(buf: bytes, rec: np.dtype):
             break                                  # not a record: the kernel never writes one
         if typ == PERF_RECORD_LOST and pos + 24 <= end:
             lost += _U64.unpack_from(buf, pos + 16)[0]
+        elif typ == PERF_RECORD_SAMPLE:
+            malformed += 1
         pos += size
-    return parts, lost
+    return parts, lost, malformed
 
 
 class PerfBuffers:
@@ -161,8 +163,9 @@ class PerfBuffers:
         limit = self._page + self.size
         buf = mm[start:end] if end <= limit else mm[start:limit] + mm[self._page:end - self.size]
         _U64.pack_into(mm, TAIL_OFF, head)
-        parts, lost = parse_samples(buf, self._rec)
+        parts, lost, malformed = parse_samples(buf, self._rec)
         self.lost += lost
+        self.malformed += malformed
         return parts
 
     def read(self) -> np.ndarray:
