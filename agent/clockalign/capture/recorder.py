@@ -352,7 +352,8 @@ class Recorder:
             signal.signal(s, h)
 
     def _record_batch(self, batch):
-        if len(batch) == 0:
+        """Count and write one batch of events (None or empty: nothing came)."""
+        if batch is None or len(batch) == 0:
             return
         kinds = np.bincount(batch["kind"], minlength=16)
         for k, n in enumerate(kinds):
@@ -384,9 +385,7 @@ class Recorder:
         last_flush = last_status = last_row = t_start
         show = o.status if o.status is not None else sys.stderr.isatty()
         while not self._stop.is_set():
-            batch = drain.get(timeout=POLL_S)
-            if batch is not None:
-                self._record_batch(batch)
+            self._record_batch(drain.get(timeout=POLL_S))
             now = time.monotonic()
             if now - last_flush >= FLUSH_S:
                 self.writer.flush()
@@ -407,9 +406,7 @@ class Recorder:
             os.kill(self.child.pid, signal.SIGTERM)
             deadline = time.monotonic() + 2
             while self.child.poll() is None and time.monotonic() < deadline:
-                batch = drain.get(timeout=POLL_S)
-                if batch is not None:
-                    self._record_batch(batch)
+                self._record_batch(drain.get(timeout=POLL_S))
         time.sleep(POLL_S)   # let the last events of an exiting target reach the ring
         if show:
             sys.stderr.write("\n")
