@@ -101,6 +101,17 @@ def record(out, *pids):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def record_container(c, out):
+    """Record container c with --pid until its workload is done: (RunReader, the workload's
+    own report, the recorder's stderr)."""
+    rec = record(out, c.pid)
+    wait_for_file(out)
+    info = c.go()
+    _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    return RunReader(out), info, err
+
+
 def check_container_target(ev, meta, c, info, lib):
     assert info["pid"] == c.nspid == 1 and info["tid_main"] == 1
     assert 1 < info["tid_a"] < info["tid_b"] < 10     # its own numbering: mount was pid 2
@@ -125,12 +136,7 @@ def test_container_target_traced_from_its_own_libcuda(fakecuda, variants, tmp_pa
     c = Container(fakecuda, lib, *(["--dlopen"] if late else []))
     try:
         out = tmp_path / "ns.ca"
-        rec = record(out, c.pid)
-        wait_for_file(out)
-        info = c.go()
-        _, err = rec.communicate(timeout=60)
-        assert rec.returncode == 0, err
-        r = RunReader(out)
+        r, info, err = record_container(c, out)
         assert r.clean
         t = check_container_target(r.events(), r.meta, c, info, lib)
         assert ("has not loaded libcuda yet" if late else "another mount namespace") in err
@@ -218,12 +224,7 @@ def test_container_named_from_its_cgroup(fakecuda, variants, tmp_path, docker_li
     c = Container(fakecuda, variants["0"], cgroup_procs=os.path.join(d, "cgroup.procs"))
     try:
         out = tmp_path / "docker.ca"
-        rec = record(out, c.pid)
-        wait_for_file(out)
-        info = c.go()
-        _, err = rec.communicate(timeout=60)
-        assert rec.returncode == 0, err
-        r = RunReader(out)
+        r, info, _ = record_container(c, out)
         t = check_container_target(r.events(), r.meta, c, info, variants["0"])
         assert t["cgroup"] == f"/docker-{cid}.scope"
         assert t["container"] == {"runtime": "docker", "id": cid}
