@@ -9,10 +9,10 @@
 #                                          # counts (results/coverage.md), probe cost per call
 #   scripts/gpu_session.sh overhead OUTDIR # probe cost per call, to a ResNet-18 loop, event
 #                                          # storms (results/overhead/)
-#   scripts/gpu_session.sh rerun OUTDIR    # under 9.5 minutes: the 2 M/s storm on the current
-#                                          # recorder, watch's probe cost beside record's, the
-#                                          # faults recording (Xid messages whole), ResNet-18
-#                                          # plain / empty programs / clockalign in what is left
+#   scripts/gpu_session.sh rerun OUTDIR    # RERUN_S (default 510) seconds after the install:
+#                                          # the 2 M/s storm on the current recorder, watch's
+#                                          # probe cost beside record's, ResNet-18 plain / empty
+#                                          # programs / clockalign in the time that is left
 # Needs root, the offline bundle at .bundle/ (scripts/make_bundle.sh) and python3 with torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -104,16 +104,11 @@ elif [ "$stage" = rerun ]; then
     timeout 150 python3 scripts/bench_probe_cost.py --parts micro --rounds 7 --calls 100000 \
         --configs pair_empty_multi,clockalign_full,watch --out "$out/watch" \
         > "$out/watch.txt" 2>&1; echo "micro rc=$?"; grep -E '^\|' "$out/watch/overhead.md"
-    log faults
-    timeout 90 clockalign record -o "$out/faults.ca" --counter-interval 0.02 --quiet -- \
-        python3 scripts/gpu_faults_run.py --out "$out/faults.json" > "$out/faults-record.txt" 2>&1
-    echo "faults rc=$?"; clockalign faults "$out/faults.ca" > "$out/faults.txt" 2>&1
-    clockalign dump "$out/faults.ca" 2>&1 | grep -E '"kind": ?"xid' > "$out/faults-xid.jsonl"; head -c 1500 "$out/faults-xid.jsonl"; echo
-    left=$(( 510 - ($(date +%s) - t0) ))
+    left=$(( ${RERUN_S:-510} - ($(date +%s) - t0) ))
     log "model ($left s left)"
     if [ "$left" -gt 120 ]; then
-        # rounds that fit: 3 configurations x (3 s window + 1 s settle + ~7 s attach/detach)
-        rounds=$(( (left - 60) / 33 )); [ "$rounds" -gt 8 ] && rounds=8
+        # rounds that fit: 3 configurations x (3 s window + 1 s settle + ~9 s attach/detach)
+        rounds=$(( (left - 60) / 40 )); [ "$rounds" -gt 8 ] && rounds=8
         timeout "$left" python3 scripts/bench_probe_cost.py --parts model --rounds "$rounds" \
             --window 3 --configs plain,pair_empty_multi,clockalign_full --out "$out/model" \
             > "$out/model.txt" 2>&1; echo "model rc=$?"; grep -E '^\|' "$out/model/overhead.md"
