@@ -57,6 +57,11 @@ def main():
     ap.add_argument("--cost", help="probe_cost.json to quote")
     ap.add_argument("--raw-note", default="results/gpu-align/ (gpu0_sandwiches.csv.xz: every GPU sandwich; cpu_*_sandwiches.csv; info; probe cost); the 202 MB run file itself is not committed", help="where the raw files are kept")
     ap.add_argument("--tick", type=int, default=32, help="GPU timer tick (CSV input)")
+    ap.add_argument("--recorded-by", default="`scripts/gpu_session.sh align` (`clockalign record "
+                    "--duration 300 --gpu-clock-period 0.25 -- python3 <bf16 4096³ matmul loop>` "
+                    "on one NVIDIA H200, driver 580.159.04, kernel 6.18.44-fc, Firecracker VM)",
+                    help="how the run whose sandwiches these are was recorded")
+    ap.add_argument("--loop", default="Python", help="the ping-pong's host loop (Python or C)")
     a = ap.parse_args()
 
     t0, rem, t1, tick = load_sandwiches(a.run, a.gpu, a.tick)
@@ -171,10 +176,8 @@ def write_md(path, res, a):
         "",
         f"- made: {datetime.datetime.now(datetime.timezone.utc).date()} by "
         f"`python3 scripts/alignment_results.py {a.run} --out {a.out}"
-        + (f" --cost {a.cost}" if a.cost else "") + "` from the sandwiches of the run recorded by "
-        "`scripts/gpu_session.sh align` (`clockalign record --duration 300 --gpu-clock-period "
-        "0.25 -- python3 <bf16 4096³ matmul loop>` on one NVIDIA H200, driver 580.159.04, "
-        "kernel 6.18.44-fc, Firecracker VM)",
+        + (f" --cost {a.cost}" if a.cost else "") + (f" --loop {a.loop}" if a.loop != "Python" else "")
+        + "` from the sandwiches of the run recorded by " + a.recorded_by,
         f"- analysed on: {platform.node()} ({platform.platform()})",
         f"- raw data: {a.raw_note or 'see the results folder'}",
         "",
@@ -214,8 +217,8 @@ def write_md(path, res, a):
                   f"{'met' if cost['meets_goal'] else 'NOT met'} (probe_cost.md has the rest)."]
     lines += ["", "## Reading it", "",
               "- The band half-width is the stated uncertainty; it sits just above the floor "
-              "set by the best round trip of the Python ping-pong loop. A tighter band needs a "
-              "faster host side of the ping-pong, not more fitting.",
+              f"set by the best round trip of the ping-pong ({a.loop} host loop). A tighter band "
+              "needs a faster round trip, not more fitting.",
               f"- Assumption (unobservable, stated not hidden): {res['assumption']}",
               "", "![alignment](alignment.png)"]
     with open(path, "w") as f:
