@@ -135,3 +135,21 @@ def test_probe_thread_falls_back_to_launch_sync(tmp_path, monkeypatch):
     assert "switched to launch+sync" in texts[2]
     info = [r for r in run.rows(Chunk.CLOCK_INFO) if r["domain"] == "GPU0"]
     assert [r["method"] for r in info] == ["ping-pong", "launch+sync"] and "since_ns" in info[1]
+
+
+def test_both_answers_give_causal_sandwiches(clock, monkeypatch):
+    """The one-word answer (no fence) where the timer allows it, and the fenced one asked for
+    by CLOCKALIGN_PINGPONG_ANSWER=fenced, side by side: both causal, none stale."""
+    assert clock.info["pingpong_answer"] in ("one word", "fenced")
+    monkeypatch.setenv("CLOCKALIGN_PINGPONG_ANSWER", "fenced")
+    fenced = GpuClock(0)
+    fenced.open()
+    try:
+        assert fenced.info["pingpong_answer"] == "fenced"
+        for c in (clock, fenced):
+            _, t0, remote, t1 = c.burst(64, METHOD_PINGPONG)
+            assert len(t0) == 64, c.last_note
+            _ordered(t0, remote, t1)
+            assert np.all(np.diff(remote) > 0)      # each answer is its own
+    finally:
+        fenced.close()

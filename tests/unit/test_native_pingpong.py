@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from clockalign.capture import gpuclock
-from clockalign.capture.gpuclock import EXIT, REQ, RESP_SEQ, RESP_VAL
+from clockalign.capture.gpuclock import EXIT, REQ, RESP_SEQ, RESP_VAL, RESP_WORD, WORD_MASK
 
 
 @pytest.fixture
@@ -67,3 +67,63 @@ def test_python_loop_when_asked(monkeypatch):
     monkeypatch.setenv("CLOCKALIGN_PINGPONG", "python")
     assert gpuclock.native_loop() is None and "CLOCKALIGN_PINGPONG" in gpuclock.native_note
     monkeypatch.setattr(gpuclock, "_native", None)
+
+
+def _word_responder(w, stop, delay_s=0.0):
+    """Answers the way ptx ca_pingpong_word does: one store, the value's low 5 bits the
+    request's (the "remote clock" is MONOTONIC rounded down to 32 ns)."""
+    def run():
+        last = int(w[REQ // 8])
+        while not stop.is_set():
+            r = int(w[REQ // 8])
+            if r != last:
+                if delay_s:
+                    time.sleep(delay_s)
+                w[RESP_WORD // 8] = (time.monotonic_ns() & ~WORD_MASK) | (r & WORD_MASK)
+                last = r
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th
+
+
+def test_one_word_answers_give_causal_sandwiches():
+    f = gpuclock.native_loop(word=True)
+    if f is None:
+        pytest.skip(f"native loop not built: {gpuclock.native_note}")
+    buf = np.zeros(4096 // 8, dtype=np.uint64)
+    base = 1000                                      # sequence numbers go past the mask
+    buf[RESP_WORD // 8] = base & WORD_MASK           # "base answered", as pingpong() sets
+    buf[REQ // 8] = base
+    stop = threading.Event()
+    th = _word_responder(buf, stop)
+    try:
+        k, why, t0, rem, t1 = _burst(f, buf, 70, base=base)
+    finally:
+        stop.set()
+        th.join()
+    assert k == 70 and why == 0
+    assert (rem % 32 == 0).all()                     # the sequence bits are masked off
+    assert (t0 <= rem + WORD_MASK).all() and (rem <= t1).all()
+    assert (np.diff(rem) > 0).all()                  # each answer is its own, none stale
+
+
+def test_one_word_loop_never_takes_a_stale_answer():
+    f = gpuclock.native_loop(word=True)
+    if f is None:
+        pytest.skip(f"native loop not built: {gpuclock.native_note}")
+    buf = np.zeros(4096 // 8, dtype=np.uint64)
+    base = 31                                        # (base + 1) & 31 == 0: the zeroed word
+    buf[RESP_WORD // 8] = base & WORD_MASK           # would match without this
+    buf[REQ // 8] = base
+    k, why, *_ = _burst(f, buf, 3, timeout_ns=20_000_000, base=base)
+    assert k == 0 and why == 2                       # nobody answered: no sandwich made up
+
+
+def test_word_answer_only_where_the_timer_has_no_low_bits(monkeypatch):
+    monkeypatch.delenv("CLOCKALIGN_PINGPONG_ANSWER", raising=False)
+    assert gpuclock.word_protocol_note((np.arange(10) * 32) + (1 << 40)) == ""
+    note = gpuclock.word_protocol_note(np.array([64, 96, 97, 128]))
+    assert "1 of 4" in note and "not multiples of 32" in note
+    assert gpuclock.word_protocol_note([]) != ""
+    monkeypatch.setenv("CLOCKALIGN_PINGPONG_ANSWER", "fenced")
+    assert "fenced" in gpuclock.word_protocol_note(np.arange(10) * 32)

@@ -44,7 +44,8 @@ METHOD_LAUNCH_SYNC = 2
 METHOD_NAMES = {METHOD_PINGPONG: "ping-pong", METHOD_LAUNCH_SYNC: "launch+sync"}
 
 # Byte offsets in the mapped buffer; ptx/globaltimer.ptx uses the same numbers.
-REQ, RESP_SEQ, RESP_VAL, READY, EXIT = 0, 64, 72, 128, 136
+REQ, RESP_SEQ, RESP_VAL, RESP_WORD, READY, EXIT = 0, 64, 72, 80, 128, 136
+WORD_MASK = 31          # ca_pingpong_word: the request's low bits in the answer's
 STAMP_SEQ, STAMP_VAL = 192, 200
 TICK = 4096
 TICK_MAX = 2048
@@ -64,8 +65,9 @@ _native = None          # the C loop, False when it cannot be had
 native_note = None      # why the Python loop is used
 
 
-def native_loop():
-    """ca_pingpong() of native/ca_pingpong.c, or None (``native_note`` says why)."""
+def native_loop(word: bool = False):
+    """ca_pingpong() (or, with word, ca_pingpong_word()) of native/ca_pingpong.c, or None
+    (``native_note`` says why)."""
     global _native, native_note
     if _native is None:
         if os.environ.get("CLOCKALIGN_PINGPONG") == "python":
@@ -80,13 +82,32 @@ def native_loop():
                            f"({native.why_not('ca_pingpong')}); the Python loop is used, whose "
                            "best round trip (and so the band) is wider")
             return None
-        f = lib.ca_pingpong
-        f.restype = ctypes.c_int
-        f.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int64,
-                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                      ctypes.POINTER(ctypes.c_int)]
-        _native = f
-    return _native or None
+        for f in (lib.ca_pingpong, lib.ca_pingpong_word):
+            f.restype = ctypes.c_int
+            f.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int64,
+                          ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                          ctypes.POINTER(ctypes.c_int)]
+        _native = {False: lib.ca_pingpong, True: lib.ca_pingpong_word}
+    return _native[word] if _native else None
+
+
+def word_protocol_note(tick_values) -> str:
+    """Why the fenced (value, fence, sequence) answer is used, or "" for the one-word one.
+
+    The one-word answer (ptx ca_pingpong_word) drops %globaltimer's low 5 bits, so it is
+    used only where every value the tick kernel saw is a multiple of 32 (the H200's are);
+    CLOCKALIGN_PINGPONG_ANSWER=fenced asks for the fenced one anyway.
+    """
+    if os.environ.get("CLOCKALIGN_PINGPONG_ANSWER") == "fenced":
+        return "CLOCKALIGN_PINGPONG_ANSWER=fenced asks for it"
+    vals = np.asarray(tick_values, dtype=np.int64)
+    if not len(vals):
+        return "the tick kernel returned no %globaltimer values"
+    odd = int(np.count_nonzero(vals & WORD_MASK))
+    if odd:
+        return (f"{odd} of {len(vals)} %globaltimer values are not multiples of "
+                f"{WORD_MASK + 1} ns, so the one-word answer would lose their low bits")
+    return ""
 
 
 _driver = None
@@ -250,6 +271,8 @@ class GpuClock:
         self.info = {"domain": self.domain, "ordinal": self.ordinal}
         self.tick_ns = None
         self.tick_gcd_ns = None
+        self._tick_values = np.zeros(0, dtype=np.int64)
+        self._word = False       # the one-word answer (open() decides)
         self.last_exit = None   # EXIT word of the last ping-pong kernel: (reason, answers)
         self.last_note = None   # why the last ping-pong burst came back short, if it did
         self.last_start_wait_ns = None  # launch to kernel running, last ping-pong burst
@@ -295,9 +318,9 @@ class GpuClock:
         ptx = ctypes.create_string_buffer(PTX_PATH.read_bytes())
         self._mod = _check(cu.cuModuleLoadData(ctypes.addressof(ptx)),
                            "cuModuleLoadData of globaltimer.ptx" + where)
-        self._f_ping, self._f_stamp, self._f_tick = (
+        self._f_ping_fenced, self._f_ping_word, self._f_stamp, self._f_tick = (
             _check(cu.cuModuleGetFunction(self._mod, name), f"cuModuleGetFunction({name!r})")
-            for name in (b"ca_pingpong", b"ca_stamp", b"ca_tick"))
+            for name in (b"ca_pingpong", b"ca_pingpong_word", b"ca_stamp", b"ca_tick"))
         self._stream = _check(cu.cuStreamCreate(int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)),
                               "cuStreamCreate" + where)
         flags = (cu.CU_MEMHOSTALLOC_DEVICEMAP | cu.CU_MEMHOSTALLOC_PORTABLE)
@@ -311,16 +334,25 @@ class GpuClock:
         at = ctypes.c_uint64.from_address
         self._req, self._rseq, self._rval = at(self._host + REQ), at(self._host + RESP_SEQ), \
             at(self._host + RESP_VAL)
+        self._rword = at(self._host + RESP_WORD)
         self._ready, self._exit = at(self._host + READY), at(self._host + EXIT)
         self._sseq, self._sval = at(self._host + STAMP_SEQ), at(self._host + STAMP_VAL)
         self._p_ping = _Params(np.uint64, np.uint64, np.uint64, np.uint32, np.uint64)
         self._p_stamp = _Params(np.uint64, np.uint64)
         self._p_tick = _Params(np.uint64, np.uint32, np.uint32)
-        self._native = native_loop()
-        self.info["host_loop"] = "native" if self._native else "python"
         self.measure_tick()
         self.info["tick_ns"] = self.tick_ns
         self.info["tick_gcd_ns"] = self.tick_gcd_ns
+        # The answer: one 8-byte word with no fence where the timer's values allow it, else
+        # value, membar.sys, sequence number (the fence costs the kernel a round trip).
+        why_fenced = word_protocol_note(self._tick_values)
+        self._word = not why_fenced
+        self._f_ping = self._f_ping_word if self._word else self._f_ping_fenced
+        self.info["pingpong_answer"] = "one word" if self._word else "fenced"
+        if why_fenced:
+            self.info["pingpong_answer_note"] = why_fenced
+        self._native = native_loop(self._word)
+        self.info["host_loop"] = "native" if self._native else "python"
         return self
 
     def _current(self):
@@ -367,6 +399,7 @@ class GpuClock:
             raise GpuClockError(f"the tick kernel on {self.domain} did not finish within 5 s")
         n = int(self._mem[TICK // 8])
         vals = self._mem[TICK // 8 + 1: TICK // 8 + 1 + n].astype(np.int64)
+        self._tick_values = vals
         steps = np.diff(vals)
         steps = steps[steps > 0]
         if len(steps) == 0:
@@ -388,6 +421,7 @@ class GpuClock:
         base = self._seq
         self._token += 1
         self._req.value = base
+        self._rword.value = base & WORD_MASK    # "base answered": no stale word can match
         self._ready.value = 0
         self._exit.value = 0
         self._launch(self._f_ping, self._p_ping.set(self._dptr, base, self._token, n,
@@ -420,23 +454,30 @@ class GpuClock:
                                      if why.value == 1 else
                                      f"within {self.ping_timeout_s * 1e3:.0f} ms"))
             n = k        # skips the Python loop
+        # The Python loop, for either answer: the word watched and, once its masked bits
+        # say seq, the value (the same load for the one-word answer; RESP_VAL, stored before
+        # RESP_SEQ behind a fence, for the fenced one).
+        word = self._word
+        watch = self._rword if word else rseq
+        mask = WORD_MASK if word else STOP
+        vmask = STOP ^ WORD_MASK
         while k < n:
             seq += 1
             t0 = get(MONOTONIC)
             req.value = seq
             spins = 0
-            while rseq.value != seq:
+            want_bits = seq & mask
+            while ((w := watch.value) & mask) != want_bits:
                 spins += 1
                 if (spins & 255) == 0 and (ex.value or get(MONOTONIC) - t0 > timeout_ns):
+                    if ((w := watch.value) & mask) == want_bits:   # answered as we gave up
+                        break
+                    w = None
                     break
-            else:
+            if w is not None:
+                v = w & vmask if word else rval.value
                 t1 = get(MONOTONIC)
-                t0s[k], rem[k], t1s[k] = t0, rval.value, t1
-                k += 1
-                continue
-            if rseq.value == seq:   # answered just as we gave up
-                t1 = get(MONOTONIC)
-                t0s[k], rem[k], t1s[k] = t0, rval.value, t1
+                t0s[k], rem[k], t1s[k] = t0, v, t1
                 k += 1
                 continue
             self.last_note = (f"ping {k + 1} of {n} on {self.domain} got no answer "
