@@ -243,7 +243,6 @@ class Probes:
         else two perf-event uprobes per function.  A symbol at the same address as one
         already probed (an alias) is probed once, under the first table id."""
         t0 = time.monotonic()
-        BPF = type(self._bpf)
         libs = lib if isinstance(lib, dict) else {lib: list(self.tgids)}
         per_lib = {}
         for one, pids in libs.items():
