@@ -86,7 +86,7 @@ def build_cflags(opts: ProbeOptions):
         raise ValueError("call_slots must be a power of two")
     flags = [f"-DCA_MAX_THREADS={opts.max_threads}", f"-DCA_CALL_SLOTS={slots}"]
     notes = []
-    if opts.cuda_lib:
+    if opts.cuda_lib is not None:     # {}: targets found later bring their libcuda
         flags.append("-DCA_CUDA")
         if opts.cuda_args == "registers":
             flags.append("-DCA_REGS_ONLY")
@@ -184,6 +184,10 @@ class Probes:
         self.aliases = {}
         self.attach_mode = None
         self._links = []
+        self._pid_links = {}      # tgid -> its own link fds (per-process links)
+        self._lib_offsets = {}
+        self._lib_linked = set()  # files with one link for every process
+        self.cuda_libraries = {}
         self._bpf = None
         self.ring = None
         flags, notes = build_cflags(opts)
@@ -197,7 +201,7 @@ class Probes:
         self._compile(BPF, flags)
         self.set_targets(tgids)
         self.tgids = list(tgids)
-        if opts.cuda_lib:
+        if opts.cuda_lib:                 # {} (follow, no target yet): add_targets links
             self._attach_cuda(opts.cuda_lib)
         try:
             self.ring = PerfBuffers(self._bpf["events"], buffer_bytes(opts), EVENT_DTYPE)
@@ -239,31 +243,12 @@ class Probes:
         else two perf-event uprobes per function.  A symbol at the same address as one
         already probed (an alias) is probed once, under the first table id."""
         t0 = time.monotonic()
-        BPF = type(self._bpf)
         libs = lib if isinstance(lib, dict) else {lib: list(self.tgids)}
         per_lib = {}
-        self.cuda_libraries = {}
         for one, pids in libs.items():
-            at, missing, path = {}, [], one
-            for f in cuda_api.FUNCTIONS.values():
-                try:
-                    path, off = BPF._check_path_symbol(one, f.symbol, 0, -1)
-                except Exception:
-                    missing.append(f.symbol)
-                    continue
-                if off in at:
-                    self.aliases.setdefault(f.symbol, at[off].symbol)
-                    continue
-                at[off] = f
-            if not at:
-                raise ClockalignError(f"{one} exports none of the CUDA driver functions "
-                                      "clockalign traces; is it really libcuda?")
-            path = path.decode() if isinstance(path, bytes) else path
-            if one.startswith("/"):      # /proc/PID/root/...: the kernel must walk it, not us
-                path = one
+            path, at = self._offsets(one)
             per_lib[one] = (path, at, list(pids))
-            self.cuda_libraries[one] = {"pids": list(pids), "attached": len(at),
-                                        "missing": missing}
+            self.cuda_libraries[one]["pids"] = list(pids)
         try:
             for path, at, pids in per_lib.values():
                 self._attach_multi(path, at, pids)
@@ -272,6 +257,7 @@ class Probes:
             for fd in self._links:
                 os.close(fd)
             self._links = []
+            self._pid_links = {}
             self.notes.append(f"uprobe_multi links unavailable ({e.strerror}): one perf-event "
                               "uprobe per CUDA function (slower to attach and to detach)")
             if "-DCA_PID_LINKS" in self.cflags:   # the per-function programs must filter
@@ -289,6 +275,82 @@ class Probes:
                              if f.symbol not in attached and f.symbol not in self.aliases]
         self.cuda_attach_s = time.monotonic() - t0
 
+    def _offsets(self, one):
+        """(path to give the kernel, {file offset: table function}) of a libcuda file, its
+        symbols looked up once; a file that exports none of them is refused."""
+        if one in self._lib_offsets:
+            return self._lib_offsets[one]
+        BPF = type(self._bpf)
+        at, missing, path = {}, [], one
+        for f in cuda_api.FUNCTIONS.values():
+            try:
+                path, off = BPF._check_path_symbol(one, f.symbol, 0, -1)
+            except Exception:
+                missing.append(f.symbol)
+                continue
+            if off in at:
+                self.aliases.setdefault(f.symbol, at[off].symbol)
+                continue
+            at[off] = f
+        if not at:
+            raise ClockalignError(f"{one} exports none of the CUDA driver functions "
+                                  "clockalign traces; is it really libcuda?")
+        path = path.decode() if isinstance(path, bytes) else path
+        if one.startswith("/"):      # /proc/PID/root/...: the kernel must walk it, not us
+            path = one
+        self._lib_offsets[one] = (path, at)
+        self.cuda_libraries[one] = {"pids": [], "attached": len(at), "missing": missing}
+        return path, at
+
+    def add_targets(self, tgids, lib=None):
+        """Processes that appeared after the probes were armed (watch --follow): into the
+        targets map, and where CUDA is probed, links on lib (a libcuda path) for them.  The
+        loaded programs stay; only links are added: one per process where the program is
+        built for per-process links, else one for every process on a file not yet probed
+        (the map filters).  Returns why their CUDA calls are not traced, or None."""
+        tgids = [int(t) for t in tgids]
+        self.set_targets(tgids)
+        self.tgids.extend(t for t in tgids if t not in self.tgids)
+        if not (lib and self.opts.cuda_lib is not None):
+            return None if lib or self.opts.cuda_lib is None else "no libcuda found for it"
+        try:
+            path, at = self._offsets(lib)
+        except ClockalignError as e:
+            return str(e)
+        self.cuda_libraries[lib]["pids"].extend(tgids)
+        per_pid = "-DCA_PID_LINKS" in self.cflags
+        if not per_pid and lib in self._lib_linked:
+            return None
+        try:
+            if self.attach_mode == "perf_event":
+                self._attach_each(lib, at)
+            else:
+                self._attach_multi(path, at, tgids)
+                self.attach_mode = "uprobe_multi"
+        except (OSError, ClockalignError) as e:
+            return f"CUDA probes could not be attached ({getattr(e, 'strerror', None) or e})"
+        if not per_pid:
+            self._lib_linked.add(lib)
+        self.attached_cuda = sorted(set(self.attached_cuda) | {f.symbol for f in at.values()},
+                                    key=lambda s: cuda_api.BY_SYMBOL[s].id)
+        return None
+
+    def remove_targets(self, tgids):
+        """Processes that exited: out of the targets map (a reused pid is no target) and
+        their per-process CUDA links closed."""
+        import ctypes
+        t = self._bpf["targets"]
+        for tgid in tgids:
+            try:
+                del t[ctypes.c_uint32(int(tgid))]
+            except KeyError:
+                pass
+            for fd in self._pid_links.pop(int(tgid), []):
+                self._links.remove(fd)
+                os.close(fd)
+            if int(tgid) in self.tgids:
+                self.tgids.remove(int(tgid))
+
     def _attach_multi(self, path, at, pids=None):
         """One entry and one return link on path; per target process (pids, default all
         targets) where the program is built for per-process links, else one for all."""
@@ -299,8 +361,10 @@ class Probes:
         for prog, ret in (("enter_any", False), ("return_any", True)):
             fn = self._bpf.load_func(prog, BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
             for pid in pids:
-                self._links.append(link_uprobe_multi(fn.fd, path, offsets, cookies, ret,
-                                                     pid=pid))
+                fd = link_uprobe_multi(fn.fd, path, offsets, cookies, ret, pid=pid)
+                self._links.append(fd)
+                if pid:                   # closed when that process exits (remove_targets)
+                    self._pid_links.setdefault(pid, []).append(fd)
 
     def _attach_each(self, lib, at):
         for f in at.values():
@@ -333,7 +397,7 @@ class Probes:
         call-slot array, mapped and read with numpy in one go."""
         import mmap
         import numpy as np
-        if not self.opts.cuda_lib:
+        if self.opts.cuda_lib is None:
             return np.empty(0, dtype=EVENT_DTYPE)
         slots = self.opts.call_slots
         call = np.dtype([("ts", "<u8"), ("fn", "<u4"), ("pad", "<u4"), ("a", "<u8", 5)])
@@ -361,6 +425,7 @@ class Probes:
         for fd in self._links:
             os.close(fd)
         self._links = []
+        self._pid_links = {}
         if self.ring is not None:
             self.ring.close()
             self.ring = None

@@ -37,6 +37,7 @@ STATUS_S = 1.0    # a STATUS row (event counts, drops so far) this often
 class RecordOptions:
     output: str = "clockalign.ca"     # None: no run file (then sinks get everything)
     pids: list = dataclasses.field(default_factory=list)
+    follow: list = None               # names: attach to matching processes as they appear
     command: list = None
     duration: float = None
     libcuda: str = None
@@ -103,6 +104,7 @@ class Recorder:
         self.devices = []
         self._closers = []
         self._activity = None
+        self._follower = None
 
     # ---------------------------------------------------------------- setup
     def notice(self, text, level="notice"):
@@ -134,37 +136,44 @@ class Recorder:
             return path
         by_file = {}
         for pid in pids:
-            loc = locate_libcuda(pid)
-            where = (" inside its root (another mount namespace: a container?)"
-                     if own_mount_namespace(pid) else "")
-            if loc["unverified"]:
-                raise ClockalignError(
-                    f"process {pid} maps libcuda {loc['in_target']} (device {loc['dev']}, inode "
-                    f"{loc['ino']}), but no path from here reaches that file; pass --libcuda "
-                    "PATH or record without CUDA probes with --no-cuda")
-            path = loc["probe"]
-            if not path:
-                raise ClockalignError(
-                    f"process {pid} has not loaded libcuda and none can be found the way its "
-                    f"loader would look{where} (LD_LIBRARY_PATH, ld.so.cache, default "
-                    "directories); pass --libcuda PATH or record without CUDA probes with "
-                    "--no-cuda")
-            if loc["how"] != "maps":
-                self.notice(f"process {pid} has not loaded libcuda yet; probes armed on {path} "
-                            f"(found via {loc['how']}{where}), so a later dlopen is traced")
-            elif where:
-                self.notice(f"process {pid} runs in another mount namespace: probes armed on the "
-                            f"libcuda it maps, {loc['in_target']}, reached as {path}")
-            try:
-                st = os.stat(path)
-                key = (st.st_dev, st.st_ino)
-                loc = {**loc, "dev": f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}",
-                       "ino": st.st_ino}
-            except OSError:
-                key = path
-            self._cuda_targets[pid] = loc
+            path, key = self._libcuda_of(pid)
             by_file.setdefault(key, (path, []))[1].append(pid)
         return dict(by_file.values())
+
+    def _libcuda_of(self, pid):
+        """(path to probe, file key) of the libcuda process pid maps or would load; a
+        notice where it is not loaded yet or in another mount namespace; ClockalignError
+        where none can be probed."""
+        loc = locate_libcuda(pid)
+        where = (" inside its root (another mount namespace: a container?)"
+                 if own_mount_namespace(pid) else "")
+        if loc["unverified"]:
+            raise ClockalignError(
+                f"process {pid} maps libcuda {loc['in_target']} (device {loc['dev']}, inode "
+                f"{loc['ino']}), but no path from here reaches that file; pass --libcuda "
+                "PATH or record without CUDA probes with --no-cuda")
+        path = loc["probe"]
+        if not path:
+            raise ClockalignError(
+                f"process {pid} has not loaded libcuda and none can be found the way its "
+                f"loader would look{where} (LD_LIBRARY_PATH, ld.so.cache, default "
+                "directories); pass --libcuda PATH or record without CUDA probes with "
+                "--no-cuda")
+        if loc["how"] != "maps":
+            self.notice(f"process {pid} has not loaded libcuda yet; probes armed on {path} "
+                        f"(found via {loc['how']}{where}), so a later dlopen is traced")
+        elif where:
+            self.notice(f"process {pid} runs in another mount namespace: probes armed on the "
+                        f"libcuda it maps, {loc['in_target']}, reached as {path}")
+        try:
+            st = os.stat(path)
+            key = (st.st_dev, st.st_ino)
+            loc = {**loc, "dev": f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}",
+                   "ino": st.st_ino}
+        except OSError:
+            key = path
+        self._cuda_targets[pid] = loc
+        return path, key
 
     def _meta(self, tgids, cuda_lib, probes):
         def lib_of(p):
@@ -188,6 +197,7 @@ class Recorder:
             "devices": [d.row() for d in self.devices],
             "clocks": read_clocks(),
             "mode": "spawn" if self.child else "pid",
+            **({"follow": list(self.opts.follow)} if self.opts.follow else {}),
             "targets": [target(p) for p in tgids],
             "cuda_functions": {str(k): v[0] for k, v in CUDA_FUNCTIONS.items()},
             "cuda_attached": probes.attached_cuda, "cuda_missing": probes.missing_cuda,
@@ -200,8 +210,11 @@ class Recorder:
     # ---------------------------------------------------------------- run
     def run(self) -> dict:
         o = self.opts
-        if not o.pids and not o.command:
+        if not o.pids and not o.command and not o.follow:
             raise ClockalignError("nothing to record: give --pid PID (one or more) or -- COMMAND")
+        if o.follow and o.command:
+            raise ClockalignError("--follow attaches to running processes by name: give it "
+                                  "alone or with --pid, not with -- COMMAND")
         if o.pids and o.command:
             raise ClockalignError("give either --pid PID or -- COMMAND, not both")
         if o.duration is not None and not o.duration > 0:
@@ -213,6 +226,10 @@ class Recorder:
             if tgid is not None and tgid != pid:
                 raise ClockalignError(f"{pid} is a thread of process {tgid}, not a process: "
                                       f"record it with --pid {tgid}")
+        self._follower = None
+        if o.follow:
+            from .follow import Follower
+            self._follower = Follower(o.follow)
         if o.output is None and not o.sinks:
             raise ClockalignError("nothing to write to: give a run file")
         preflight.require(needs_cuda=o.cuda)
@@ -365,6 +382,8 @@ class Recorder:
             self._write_failed(e)
 
     def _targets_alive(self, tgids):
+        if self._follower is not None:
+            return True                  # following: targets come and go, watch stays
         if self.child:
             return self.child.poll() is None
         return any(targets.alive(p) for p in tgids)
@@ -383,15 +402,19 @@ class Recorder:
         o = self.opts
         t_start = time.monotonic()
         last_flush = last_status = last_row = t_start
+        last_scan = t_start - 1e9
         show = o.status if o.status is not None else sys.stderr.isatty()
         while not self._stop.is_set():
             self._record_batch(drain.get(timeout=POLL_S))
             now = time.monotonic()
+            if self._follower is not None and now - last_scan >= self._follower.scan_s:
+                self._follow(probes, tgids)
+                last_scan = now
             if now - last_flush >= FLUSH_S:
                 self.writer.flush()
                 last_flush = now
             if now - last_row >= STATUS_S:
-                self._status_row(probes)
+                self._status_row(probes, tgids)
                 last_row = now
             if show and now - last_status >= 0.5:
                 self._status_line(now - t_start, probes)
@@ -411,10 +434,40 @@ class Recorder:
         if show:
             sys.stderr.write("\n")
 
-    def _status_row(self, probes):
+    def _follow(self, probes, tgids):
+        """One scan of --follow: detach the targets that exited, attach the new matches
+        (each with its own libcuda's links), say both."""
+        f = self._follower
+        new, gone = f.scan(tgids)
+        if gone:
+            probes.remove_targets(gone)
+            for p in gone:
+                tgids.remove(p)
+                self.notice(f"process {p} exited; still following {', '.join(f.names)}")
+        for pid, name in new:
+            lib, why = None, None
+            if self.opts.cuda:
+                try:
+                    lib = (os.path.realpath(self.opts.libcuda) if self.opts.libcuda
+                           else self._libcuda_of(pid)[0])
+                except ClockalignError as e:
+                    why = str(e)
+            why = probes.add_targets([pid], lib) or why
+            tgids.append(pid)
+            f.attach(pid, name)
+            self._snapshot_threads([pid])
+            cmd = " ".join(targets.cmdline(pid))
+            self.notice(f"following {name}: attached to process {pid} "
+                        f"({cmd[:100] + ('...' if len(cmd) > 100 else '')})"
+                        + (f"; its CUDA calls are not traced: {why}" if why else ""))
+        if new or gone:             # the metrics learn the targets now, not in a second
+            self._status_row(probes, tgids)
+
+    def _status_row(self, probes, tgids=()):
+        row = {"t_ns": _now(), "events": dict(self.counts), "drops": probes.drops(),
+               "targets": sorted(int(p) for p in tgids)}
         try:
-            self.writer.write_rows(Chunk.STATUS, [{"t_ns": _now(), "events": dict(self.counts),
-                                                   "drops": probes.drops()}])
+            self.writer.write_rows(Chunk.STATUS, [row])
         except RunFileWriteError as e:
             self._write_failed(e)
 
@@ -423,6 +476,10 @@ class Recorder:
         drops = sum(probes.drops().values())
         where = (f"{self.writer.size / 1e6:.1f} MB" if self.opts.output is not None else "")
         extra = getattr(self.writer, "status_text", lambda: "")()
+        if self._follower is not None:
+            f = self._follower
+            extra = (f"following: {len(f.matched)} attached, {f.exited} exited" +
+                     (f"  {extra}" if extra else ""))
         sys.stderr.write(f"\r{elapsed:7.1f}s  {kinds or 'no events yet'}  drops={drops}  "
                          f"{'  '.join(t for t in (where, extra) if t)}\033[K")
         sys.stderr.flush()
@@ -483,6 +540,9 @@ class Recorder:
         if getattr(self, "write_error", None) is not None:
             raise self.write_error
         self.summary = {"output": self.opts.output, **trailer,
+                        **({"follow": {"attached": self._follower.attached,
+                                       "exited": self._follower.exited}}
+                           if self._follower is not None else {}),
                         "size": os.path.getsize(self.opts.output) if self.opts.output else 0}
 
     def _write_failed(self, e):

@@ -100,6 +100,10 @@ class Aggregator:
         self._latest_ns = 0                             # the latest CUDA call's entry
         self._clock = {}                                # gpu -> deque of (t0, remote, t1)
         self._ticks = {}
+        self._cflags = []
+        self.targets = set()                            # tgids attached now
+        self.targets_attached = 0                       # attached since the start
+        self.target_exits = 0                           # attached ones that exited
 
     # ------------------------------------------------------------- the sink interface
     def open(self, meta: dict) -> None:
@@ -107,7 +111,9 @@ class Aggregator:
             self.gpus = list(meta.get("gpus") or [])
             self._pci = {bus_key(g.get("pci_bus_id")): g["index"] for g in self.gpus
                          if bus_key(g.get("pci_bus_id")) is not None}
-            self._xid_from_bpf = "-DCA_XID" in (meta.get("cflags") or [])
+            self._cflags = list(meta.get("cflags") or [])
+            self._xid_from_bpf = "-DCA_XID" in self._cflags
+            self._set_targets(t["pid"] for t in meta.get("targets") or [] if "pid" in t)
             self.armed = True
         if self._on_open:
             self._on_open()
@@ -123,6 +129,8 @@ class Aggregator:
             with self._lock:
                 for r in rows:
                     self.dropped = dict(r.get("drops") or {})
+                    if r.get("targets") is not None:
+                        self._set_targets(r["targets"])
         elif ctype == Chunk.GPU_EVENTS and not self._xid_from_bpf:
             with self._lock:
                 for r in rows:
@@ -143,6 +151,41 @@ class Aggregator:
                 self._counters(cols)
         elif ctype == Chunk.GPU_CLOCK:
             self._gpu_clock(cols)
+
+    # ------------------------------------------------------------- targets
+    def _set_targets(self, pids):
+        """The tgids attached now (the recorder's STATUS rows say, each second and at once
+        when --follow attaches or loses one): counts arrivals and exits, and gives each
+        new one its series at 0."""
+        now = {int(p) for p in pids}
+        new = now - self.targets
+        self.target_exits += len(self.targets - now)
+        self.targets_attached += len(new)
+        self.targets = now
+        for pid in sorted(new):
+            self._zero_series(pid)
+
+    def _zero_series(self, pid):
+        """Series whose label values are known once a process is attached, at 0: a counter
+        that first appears already at N is no increase to rate()/increase(), so without
+        them the first burst (the first preemption, reset or refused allocation) of every
+        process would be invisible to the shipped rules.  Peers, error names and Xid
+        codes are not known in advance (the rules catch a series' first value instead)."""
+        label = self._pid(str(pid))
+        if label == OTHER:
+            return
+        if "-DCA_SCHED" in self._cflags:
+            for state in ("preempted", "blocked"):
+                self.offcpu_in_cuda_ns[(label, state)] += 0
+        if "-DCA_TCP" in self._cflags:
+            self.tcp_retransmits[(label,)] += 0
+            for direction in ("sent", "received"):
+                self.tcp_resets[(label, direction)] += 0
+        if "-DCA_CUDA" in self._cflags:
+            for fid in ALLOC_IDS.tolist():
+                self.alloc_failures[(label, cuda_api.function_name(fid))] += 0
+            for g in self.gpus:
+                self.fragmentation[(label, str(g["index"]))] += 0
 
     # ------------------------------------------------------------- events
     def _events(self, c):
@@ -334,6 +377,8 @@ class Aggregator:
                 "clock_unc_ns": dict(self.clock_unc_ns),
                 "gpus": list(self.gpus),
                 "armed": self.armed and not self.closed,
+                "targets": len(self.targets), "targets_attached": self.targets_attached,
+                "target_exits": self.target_exits,
                 "folded": {"pid": self._pid.folded, "peer": self._peer.folded,
                            "result": self._result.folded},
             }

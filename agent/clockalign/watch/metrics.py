@@ -89,6 +89,12 @@ HELP = {
                "state maps full, CUDA calls not paired, and what watch itself gave up.",
     "events": "Events aggregated, by kind.",
     "armed": "1 while the probes are attached and the metrics live.",
+    "targets": "Target processes attached now (--pid, the command, and with --follow the "
+               "matching processes found so far).",
+    "attached": "Target processes attached since watch started; with --follow a restarted "
+                "service's successor counts once more.",
+    "exits": "Target processes that exited while watched (with --follow watch stays up and "
+             "attaches to the successor).",
     "folded": "Label values folded into 'other' because a label reached its cap.",
     "reasons": "Clock event (throttle) reasons set at the latest sample, one series per "
                "reason: 1 while it holds the clocks down (PromQL has no bitwise and).",
@@ -166,6 +172,12 @@ class WatchCollector:
         armed = GaugeMetricFamily("clockalign_probes_armed", HELP["armed"])
         armed.add_metric([], 1 if s["armed"] else 0)
         yield armed
+        targets = GaugeMetricFamily("clockalign_targets", HELP["targets"])
+        targets.add_metric([], s["targets"])
+        yield targets
+        yield _counter("clockalign_targets_attached", HELP["attached"], [],
+                       [((), s["targets_attached"])])
+        yield _counter("clockalign_target_exits", HELP["exits"], [], [((), s["target_exits"])])
         yield from _gpu_gauges(s["counters"], s["gpus"])
 
 

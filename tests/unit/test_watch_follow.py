@@ -1,0 +1,126 @@
+"""watch --follow's process selection (capture/follow.py) and the aggregator's view of
+targets coming and going (no root: real processes, no probes)."""
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from clockalign.capture.follow import Follower, check_names, matches
+from clockalign.errors import ClockalignError
+from clockalign.store import cuda_api
+from clockalign.store.schema import Chunk
+from clockalign.watch.aggregate import Aggregator
+
+from .test_watch_aggregate import cuda, events, scrape
+
+
+@pytest.fixture
+def sleeper(tmp_path):
+    """A copy of sleep under a name no other process has (its comm is that name)."""
+    exe = tmp_path / f"caf{os.getpid() % 100000}-{time.monotonic_ns() % 1000}"
+    shutil.copy(shutil.which("sleep"), exe)
+    procs = []
+
+    def start():
+        p = subprocess.Popen([str(exe), "30"])
+        procs.append(p)
+        deadline = time.monotonic() + 5     # until exec has happened (comm changes)
+        while matches(p.pid, [exe.name]) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return p
+    yield exe, start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_a_name_matches_the_comm_and_a_path_the_executable_or_script(sleeper, tmp_path):
+    exe, start = sleeper
+    p = start()
+    assert matches(p.pid, [exe.name]) == exe.name
+    assert matches(p.pid, [exe.name + "x"]) is None
+    assert matches(p.pid, ["/nonexistent/" + exe.name, str(exe)]) == str(exe)
+    assert matches(p.pid, [str(tmp_path / "other")]) is None
+    long_name = "a" * 20
+    long_exe = tmp_path / long_name
+    shutil.copy(shutil.which("sleep"), long_exe)
+    q = subprocess.Popen([str(long_exe), "30"])
+    script = tmp_path / "serve.sh"
+    script.write_text("sleep 30\n")
+    r = subprocess.Popen(["sh", "-e", "serve.sh"], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 5
+        while matches(q.pid, [long_name]) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert matches(q.pid, [long_name]) == long_name          # cut to 15, as the kernel
+        assert matches(r.pid, [str(script)]) == str(script)      # relative to its cwd
+        assert matches(r.pid, ["sh"]) == "sh"
+    finally:
+        for x in (q, r):
+            x.kill()
+            x.wait()
+
+
+def test_a_scan_finds_new_processes_and_counts_exits(sleeper):
+    exe, start = sleeper
+    f = Follower([exe.name])
+    assert f.scan([]) == ([], [])
+    a = start()
+    new, gone = f.scan([])
+    assert new == [(a.pid, exe.name)] and gone == []
+    f.attach(a.pid, exe.name)
+    assert f.scan([a.pid]) == ([], [])                 # attached already: not new again
+    a.kill()
+    a.wait()
+    b = start()
+    new, gone = f.scan([a.pid])
+    assert gone == [a.pid] and new == [(b.pid, exe.name)]
+    assert f.exited == 1 and f.attached == 1 and a.pid not in f.matched
+
+
+def test_watch_never_follows_itself_and_bad_names_are_one_sentence(tmp_path):
+    own = open(f"/proc/{os.getpid()}/comm").read().strip()
+    new, _ = Follower([own]).scan([])
+    assert os.getpid() not in [p for p, _ in new]
+    with pytest.raises(ClockalignError, match="no such file"):
+        check_names([str(tmp_path / "missing")])
+    with pytest.raises(ClockalignError, match="needs a process name"):
+        check_names([" "])
+
+
+def test_attached_processes_get_their_known_series_at_zero_and_exits_are_counted():
+    agg = Aggregator()
+    agg.open({"gpus": [{"index": 0}, {"index": 1}], "targets": [{"pid": 100}],
+              "cflags": ["-DCA_CUDA", "-DCA_SCHED", "-DCA_TCP"]})
+    snap = agg.snapshot()
+    assert snap["offcpu_in_cuda_ns"] == {("100", "preempted"): 0, ("100", "blocked"): 0}
+    assert snap["tcp_resets"] == {("100", "sent"): 0, ("100", "received"): 0}
+    assert snap["tcp_retransmits"] == {("100",): 0}
+    assert snap["alloc_failures"] == {("100", cuda_api.function_name(f)): 0
+                                      for f in cuda_api.ALLOC_IDS}
+    assert snap["fragmentation"] == {("100", "0"): 0, ("100", "1"): 0}
+    assert (snap["targets"], snap["targets_attached"], snap["target_exits"]) == (1, 1, 0)
+    agg.write_columns(Chunk.EVENTS, events(cuda("cuMemAlloc_v2", pid=100, ret=2)))
+    # 100 exits, 200 (its successor) is attached: the recorder's STATUS rows say so
+    agg.write_rows(Chunk.STATUS, [{"drops": {}, "targets": [200]}])
+    agg.write_rows(Chunk.STATUS, [{"drops": {}, "targets": [200]}])
+    m, _ = scrape(agg)
+    assert m[("clockalign_targets", ())] == 1
+    assert m[("clockalign_targets_attached_total", ())] == 2
+    assert m[("clockalign_target_exits_total", ())] == 1
+    assert m[("clockalign_alloc_failures_total", (("function", "cuMemAlloc_v2"),
+                                                  ("pid", "100")))] == 1
+    assert m[("clockalign_alloc_failures_total", (("function", "cuMemAlloc_v2"),
+                                                  ("pid", "200")))] == 0
+    assert m[("clockalign_offcpu_in_cuda_seconds_total", (("pid", "200"),
+                                                          ("state", "preempted")))] == 0
+
+
+def test_no_zero_series_for_probes_that_are_off():
+    agg = Aggregator()
+    agg.open({"gpus": [], "targets": [{"pid": 100}], "cflags": ["-DCA_SCHED"]})
+    snap = agg.snapshot()
+    assert snap["tcp_resets"] == {} and snap["alloc_failures"] == {}
+    assert snap["fragmentation"] == {} and len(snap["offcpu_in_cuda_ns"]) == 2
