@@ -15,7 +15,7 @@ import numpy as np
 from ..store import cuda_api
 from ..store.meta import target_label
 from ..store.schema import CUDA_FUNCTIONS, Kind, task_state_name
-from . import decode
+from . import labels
 from .lanes import Lanes
 from .rows import (BATCH_ROWS, CAT, V_BOOL, V_INT, V_PTR, V_STR, V_UINT, Batch, Columns, Slots,
                    Strings, factorize)
@@ -192,7 +192,7 @@ class TraceModel:
         for i, f in enumerate(uniq.tolist()):
             key = (f, suffix)
             if key not in self._fn_sid:
-                self._fn_sid[key] = self.strings.id(decode.cuda_function_name(f) + suffix)
+                self._fn_sid[key] = self.strings.id(labels.cuda_function_name(f) + suffix)
             lut[i] = self._fn_sid[key]
         return lut[inv]
 
@@ -245,11 +245,11 @@ class TraceModel:
                     if not ok.all():
                         bad = ~ok
                         nm[bad] = self.strings.ids_of(
-                            [f"{decode.cuda_function_name(f)}: {decode.cuda_result_name(r)}"
+                            [f"{labels.cuda_function_name(f)}: {labels.cuda_result_name(r)}"
                              for f, r in zip(fids[bad].tolist(), ret[bad].tolist())])
                     name[rows] = nm
                     slots.put(5, rows, "result", V_STR,
-                              self._str_ids(ret, decode.cuda_result_name))
+                              self._str_ids(ret, labels.cuda_result_name))
                 else:
                     name[rows] = self._fn_name_ids(fids, " (unfinished)")
                     slots.put(5, rows, "running_ns", V_UINT, sub["dur_ns"])
@@ -261,8 +261,8 @@ class TraceModel:
                     fn = cuda_api.FUNCTIONS.get(f)
                     keep_str = fn.string_slot if fn else None
                     if keep_str is not None:
-                        texts, idx = decode.unique_strings(decode.data_rows(sub)[sel],
-                                                           decode.data_str)
+                        texts, idx = labels.unique_strings(labels.data_rows(sub)[sel],
+                                                           labels.data_str)
                     for j, arg in enumerate(CUDA_FUNCTIONS.get(f, ("", ("",) * 5))[1]):
                         if not arg:
                             continue
@@ -272,9 +272,9 @@ class TraceModel:
                                       if texts else np.zeros(0, np.int64))
                         elif arg == "func" and fn.role == "launch" and self.kernel_names:
                             self._put_func(slots, j, r, sub["pid"][sel], vals)
-                        elif arg in decode.DIMS_ARGS:
-                            slots.put(j, r, arg, V_STR, self._str_ids(vals, decode.dims_str))
-                        elif arg in decode.POINTER_ARGS:
+                        elif arg in labels.DIMS_ARGS:
+                            slots.put(j, r, arg, V_STR, self._str_ids(vals, labels.dims_str))
+                        elif arg in labels.POINTER_ARGS:
                             slots.put(j, r, arg, V_PTR, vals)
                         else:
                             slots.put(j, r, arg, V_UINT, vals)
@@ -283,14 +283,14 @@ class TraceModel:
             elif k == Kind.CONNECT:
                 cat[rows] = CAT["net"]
                 ret = sub["ret"].astype(np.int64)
-                res = self._str_ids(ret, decode.connect_result)
+                res = self._str_ids(ret, labels.connect_result)
                 name[rows] = self._str_ids(
-                    ret, lambda r: "connect" if r >= 0 else f"connect: {decode.errno_name(r)}")
-                raw = decode.data_rows(sub)
+                    ret, lambda r: "connect" if r >= 0 else f"connect: {labels.errno_name(r)}")
+                raw = labels.data_rows(sub)
                 alen = np.minimum(sub["a1"], 56).astype(np.uint8)[:, None]
-                peers, idx = decode.unique_strings(
+                peers, idx = labels.unique_strings(
                     np.concatenate([raw, alen], axis=1),
-                    lambda row: decode.peer_str(row[:56].tobytes(), int(row[56])))
+                    lambda row: labels.peer_str(row[:56].tobytes(), int(row[56])))
                 slots.put(0, rows, "peer", V_STR, self.strings.ids_of(peers)[idx]
                           if peers else np.zeros(0, np.int64))
                 slots.put(1, rows, "fd", V_UINT, sub["a0"])
@@ -324,9 +324,9 @@ class TraceModel:
         """Kernel names of the batch's successful lookups, before its launches are named."""
         m = np.isin(fids, _LOOKUP_IDS) & (sub["ret"] == 0)
         if m.any():
-            raw = decode.data_rows(sub)[m]
+            raw = labels.data_rows(sub)[m]
             for p, h, row in zip(sub["pid"][m].tolist(), sub["a0"][m].tolist(), raw):
-                self.kernel_names[(p, h)] = decode.data_str(row)
+                self.kernel_names[(p, h)] = labels.data_str(row)
 
     def _put_func(self, slots, j, rows, pids, funcs):
         """A launch's func: the kernel's name where a lookup named that handle, else the
@@ -340,7 +340,7 @@ class TraceModel:
             slots.put(j, rows[known], "func", V_STR, sids)
 
     def _instants(self, k, rows, sub, name, cat, slots):
-        raw = decode.data_rows(sub)
+        raw = labels.data_rows(sub)
         tid = sub["tid"]
         if k in (Kind.THREAD_NEW, Kind.THREAD_NAME, Kind.THREAD_EXIT):
             cat[rows] = CAT["thread"]
@@ -348,7 +348,7 @@ class TraceModel:
                      Kind.THREAD_EXIT: "thread exit"}[k]
             name[rows] = self.strings.id(label)
             slots.put(0, rows, "tid", V_UINT, tid)
-            comms, idx = decode.unique_strings(raw[:, :16], decode.comm_str)
+            comms, idx = labels.unique_strings(raw[:, :16], labels.comm_str)
             slots.put(1, rows, "comm", V_STR, self.strings.ids_of(comms)[idx])
             if k == Kind.THREAD_NEW:
                 slots.put(2, rows, "parent_tid", V_UINT, sub["a0"])
@@ -361,16 +361,16 @@ class TraceModel:
             slots.put(1, rows, "tid", V_UINT, tid)
         elif k == Kind.SIGNAL:
             cat[rows] = CAT["thread"]
-            name[rows] = self._str_ids(sub["ret"].astype(np.int64), decode.signal_name)
+            name[rows] = self._str_ids(sub["ret"].astype(np.int64), labels.signal_name)
             slots.put(0, rows, "sender_pid", V_UINT, sub["a0"])
-            comms, idx = decode.unique_strings(raw[:, :16], decode.comm_str)
+            comms, idx = labels.unique_strings(raw[:, :16], labels.comm_str)
             slots.put(1, rows, "sender_comm", V_STR, self.strings.ids_of(comms)[idx])
             slots.put(2, rows, "signal_result", V_UINT, sub["code"])
         elif k == Kind.XID:
             cat[rows] = CAT["gpu"]
-            name[rows] = self._str_ids(sub["ret"].astype(np.int64), decode.xid_name)
+            name[rows] = self._str_ids(sub["ret"].astype(np.int64), labels.xid_name)
             slots.put(0, rows, "code", V_INT, sub["ret"].astype(np.int64))
-            devs, idx = decode.unique_strings(raw[:, :16], decode.comm_str)
+            devs, idx = labels.unique_strings(raw[:, :16], labels.comm_str)
             slots.put(1, rows, "dev", V_STR, self.strings.ids_of(devs)[idx])
             msgs = [self.tl.xid_text(e)[1] for e in sub.ev[sub.rows]]
             slots.put(2, rows, "msg", V_STR, self.strings.ids_of(msgs))
