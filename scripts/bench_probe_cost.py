@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "agent"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 
 from clockalign.capture.bpfprog import Probes, ProbeOptions, import_bcc  # noqa: E402
 from clockalign.capture.perfbuf import PerfBuffers  # noqa: E402

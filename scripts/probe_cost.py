@@ -28,10 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-try:
-    import clockalign  # noqa: F401
-except ImportError:  # run from a checkout that is not pip-installed
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 
 # The workload: one process, one GPU, C = A @ B in bf16, synchronised every batch.
 WORKLOAD_SRC = r'''
