@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 # The workload: one process, one GPU, C = A @ B in bf16, synchronised every batch (run by its
 # file's path, so the child needs nothing but torch)
-from clockalign.workloads import matmul_loop  # noqa: E402
+from clockalign.workloads import matmul_loop, progress_log  # noqa: E402
 
 
 class Workload:
@@ -69,11 +69,7 @@ class Workload:
 
     def samples(self):
         """[(t_ns, cumulative matmuls)] from its log."""
-        out = []
-        for line in self.log_path.read_text().splitlines():
-            t, n = line.split()
-            out.append((int(t), int(n)))
-        return out
+        return progress_log.read(self.log_path)
 
 
 def _readline(proc, timeout_s):
@@ -83,15 +79,6 @@ def _readline(proc, timeout_s):
     if not sel.select(timeout_s):
         return ""
     return proc.stdout.readline()
-
-
-def rate(samples, start_ns, end_ns):
-    """Matmuls per second between the first and last log point inside [start, end]."""
-    inside = [(t, n) for t, n in samples if start_ns <= t <= end_ns]
-    if len(inside) < 2:
-        return None
-    (ta, na), (tb, nb) = inside[0], inside[-1]
-    return (nb - na) / ((tb - ta) / 1e9)
 
 
 def machine_info(run_path) -> dict:
@@ -183,7 +170,7 @@ def main(argv=None):
     samples = wl.samples()
     settle = int(args.settle * 1e9)
     for iv in intervals:
-        iv["rate"] = rate(samples, iv["start_ns"] + settle, iv["end_ns"])
+        iv["rate"] = progress_log.rate(samples, iv["start_ns"] + settle, iv["end_ns"])
     pairs = []
     for i, iv in enumerate(intervals):
         if not iv["on"] or iv["rate"] is None:
