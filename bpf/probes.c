@@ -690,7 +690,7 @@ TRACEPOINT_PROBE(tcp, tcp_retransmit_skb)
  * PERF_MAX_TRACE_SIZE (8192) bytes, header and dev string included, or it never reaches a
  * BPF program.  It goes out as CA_KIND_XID_MSG records of CA_XID_PART_LEN bytes each
  * (a[0..4] and data, code = part index, ret = message length), sent BEFORE the XID record
- * itself, so a reader has every part in hand when it meets the Xid (store/decode.py). */
+ * itself, so a reader has every part in hand when it meets the Xid (store/event_text.py). */
 #ifndef CA_XID_MSG_MAX
 #define CA_XID_MSG_MAX 8192
 #endif

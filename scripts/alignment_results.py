@@ -21,10 +21,10 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "agent"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 from clockalign.align import fit_sandwiches  # noqa: E402
+from clockalign.align.sandwiches import recorded_ticks, run_sandwiches  # noqa: E402
 from clockalign.store.reader import RunReader  # noqa: E402
-from clockalign.store.schema import Chunk  # noqa: E402
 
 
 def load_sandwiches(path, gpu, tick):
@@ -36,12 +36,8 @@ def load_sandwiches(path, gpu, tick):
             rows = np.loadtxt(f, delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
         return rows[:, 0], rows[:, 1], rows[:, 2], tick
     r = RunReader(path)
-    g = r.columns(Chunk.GPU_CLOCK)
-    m = g["gpu"] == gpu
-    tick = next((row.get("tick_ns", 0) for row in r.rows(Chunk.CLOCK_INFO)
-                 if row.get("domain") == f"GPU{gpu}"), tick)
-    return (g["t0"][m].astype(np.int64), g["remote"][m].astype(np.int64),
-            g["t1"][m].astype(np.int64), tick)
+    s = run_sandwiches(r)[f"GPU{gpu}"]
+    return s.t0, s.remote, s.t1, recorded_ticks(r).get(f"GPU{gpu}", tick)
 
 
 def pct(a, q):

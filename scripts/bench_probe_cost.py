@@ -41,13 +41,14 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "agent"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 
 from clockalign.capture.bpfprog import Probes, ProbeOptions, import_bcc  # noqa: E402
 from clockalign.capture.perfbuf import PerfBuffers  # noqa: E402
 sys.path.insert(0, str(HERE / "bench"))
 from ringbuf import RingReader  # noqa: E402  (the BPF ring buffer, for comparison)
 from clockalign.store.schema import CUDA_FUNCTIONS  # noqa: E402
+from clockalign.workloads import progress_log  # noqa: E402
 
 STAGES = [  # (name, cflags, what it adds)
     ("entry_empty", ["-DSTAGE=0"], "empty program on entry only"),
@@ -557,9 +558,9 @@ def part_model(rounds, window_s, settle_s, only=None):
             time.sleep(0.5)
     wl.send_signal(signal.SIGTERM)
     wl.wait(timeout=60)
-    samples = [tuple(map(int, ln.split())) for ln in log.read_text().splitlines()]
+    samples = progress_log.read(log)
     for w in windows:
-        w["it_per_s"] = rate(samples, w["t0"], w["t1"])
+        w["it_per_s"] = progress_log.rate(samples, w["t0"], w["t1"])
         if w.get("cuda_events_in_window") and w["it_per_s"]:
             w["calls_per_iteration"] = w["cuda_events_in_window"] / (
                 w["it_per_s"] * (w["t1"] - w["t0"]) / 1e9)
@@ -585,14 +586,6 @@ def part_model(rounds, window_s, settle_s, only=None):
             "window_s": window_s, "settle_s": settle_s,
             "rounds": rounds, "windows": windows, "it_per_s": by, "ratio_to_plain": ratio,
             "ratio_to_empty": to_empty, "calls_per_iteration": statistics.median(cpi) if cpi else None}
-
-
-def rate(samples, t0, t1):
-    inside = [(t, n) for t, n in samples if t0 <= t <= t1]
-    if len(inside) < 2:
-        return None
-    (ta, na), (tb, nb) = inside[0], inside[-1]
-    return (nb - na) / ((tb - ta) / 1e9)
 
 
 def cuda_events_between(path, t0, t1):

@@ -31,7 +31,7 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "agent"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 
 from clockalign.capture.counters import nvml_decode  # noqa: E402
 from clockalign.capture.counters.nvml import NvmlReader, gpu_inventory, load_pynvml  # noqa: E402

@@ -2,38 +2,30 @@
 """Write a run file's raw clock sandwiches as CSV (the input of `clockalign align --pairs`).
 
     python3 scripts/extract_sandwiches.py run.ca OUTDIR
-    -> OUTDIR/gpu<N>_sandwiches.csv, OUTDIR/cpu_<DOMAIN>_sandwiches.csv (t0_ns,remote_ns,t1_ns[,method])
+    -> OUTDIR/gpu<N>_sandwiches.csv (t0_ns,remote_ns,t1_ns,method),
+       OUTDIR/cpu_<DOMAIN>_sandwiches.csv (t0_ns,remote_ns,t1_ns)
 """
+import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "agent"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
+from clockalign.align.sandwiches import run_sandwiches, write_csv  # noqa: E402
 from clockalign.store.reader import RunReader  # noqa: E402
-from clockalign.store.schema import Chunk, ClockDomain  # noqa: E402
 
 
 def main():
-    run, out = sys.argv[1], sys.argv[2]
-    os.makedirs(out, exist_ok=True)
-    r = RunReader(run)
-    g = r.columns(Chunk.GPU_CLOCK)
-    for gpu in sorted(set(g.get("gpu", []).tolist())):
-        m = g["gpu"] == gpu
-        path = os.path.join(out, f"gpu{gpu}_sandwiches.csv")
-        with open(path, "w") as f:
-            f.write("t0_ns,remote_ns,t1_ns,method\n")
-            for row in zip(g["t0"][m], g["remote"][m], g["t1"][m], g["method"][m]):
-                f.write(",".join(str(int(v)) for v in row) + "\n")
-        print(f"{path}: {int(m.sum())} sandwiches")
-    c = r.columns(Chunk.CPU_CLOCK)
-    for dom in sorted(set(c.get("domain", []).tolist())):
-        m = c["domain"] == dom
-        path = os.path.join(out, f"cpu_{ClockDomain(dom).name}_sandwiches.csv")
-        with open(path, "w") as f:
-            f.write("t0_ns,remote_ns,t1_ns\n")
-            for row in zip(c["t0"][m], c["remote"][m], c["t1"][m]):
-                f.write(",".join(str(int(v)) for v in row) + "\n")
-        print(f"{path}: {int(m.sum())} sandwiches")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", help="run file (.ca)")
+    ap.add_argument("out", help="directory for the CSV files")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    found = run_sandwiches(RunReader(a.run))
+    for name, s in sorted(found.items(), key=lambda kv: not kv[0].startswith("GPU")):  # GPUs first
+        file = (name.lower() if name.startswith("GPU") else f"cpu_{name}") + "_sandwiches.csv"
+        path = os.path.join(a.out, file)
+        write_csv(path, s)
+        print(f"{path}: {len(s)} sandwiches")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "agent"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 from clockalign.store import cuda_api  # noqa: E402
 from clockalign.store.schema import GpuKind  # noqa: E402
 from clockalign.timeline import Timeline  # noqa: E402

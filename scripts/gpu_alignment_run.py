@@ -26,10 +26,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-try:
-    import clockalign  # noqa: F401
-except ImportError:  # run from a checkout that is not pip-installed
-    sys.path.insert(0, str(HERE.parent / "agent"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 
 
 def _probe_cost_module():
@@ -87,6 +84,7 @@ def main(argv=None):
     ap.add_argument("--size", type=int, default=4096, help="workload matmul size")
     args = ap.parse_args(argv)
 
+    from clockalign.align.sandwiches import Sandwiches, run_sandwiches, write_csv
     from clockalign.capture.clockprobe import ClockProbeThread
     from clockalign.store.reader import RunReader
     from clockalign.store.schema import Chunk, ClockDomain
@@ -141,18 +139,14 @@ def main(argv=None):
                "gpu_period_s": args.gpu_period, "workload": wl, "probe_stats": stats,
                "clock_info": run.rows(Chunk.CLOCK_INFO), "notices": run.rows(Chunk.NOTICES),
                "gpus": {}}
-    gcols = run.columns(Chunk.GPU_CLOCK)
+    found = run_sandwiches(run)
+    none = np.zeros(0, np.int64)
     for g in gpus:
-        sel = gcols["gpu"] == g if gcols else np.zeros(0, dtype=bool)
-        t0, rem, t1, meth = (gcols[k][sel] if gcols else np.zeros(0, np.int64)
-                             for k in ("t0", "remote", "t1", "method"))
+        s = found.get(f"GPU{g}", Sandwiches(none, none, none, method=none))
         path = out / f"gpu{g}_sandwiches.csv"
-        with open(path, "w") as f:
-            f.write("t0_ns,remote_ns,t1_ns,method\n")
-            for row in zip(t0.tolist(), rem.tolist(), t1.tolist(), meth.tolist()):
-                f.write("%d,%d,%d,%d\n" % row)
+        write_csv(path, s)
         gap = int(args.gpu_period * 0.5e9)
-        summary["gpus"][f"GPU{g}"] = summarize(t0, rem, t1, meth, gap_ns=gap)
+        summary["gpus"][f"GPU{g}"] = summarize(s.t0, s.remote, s.t1, s.method, gap_ns=gap)
         summary["gpus"][f"GPU{g}"]["csv"] = path.name
     ccols = run.columns(Chunk.CPU_CLOCK)
     with open(out / "cpu_clocks.csv", "w") as f:

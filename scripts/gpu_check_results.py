@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "agent"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 from clockalign.workloads.check import check_reference_gpu, cuda_counts  # noqa: E402
 from clockalign.store.reader import RunReader  # noqa: E402
 from clockalign.store.schema import CUDA_FN_BY_NAME, Chunk, Kind  # noqa: E402

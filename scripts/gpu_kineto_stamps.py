@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(__file__))
-from gpu_stamp_workload import Stamper  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
+from clockalign.workloads.selfstamp import Stamper  # noqa: E402
 
 
 def main():

@@ -31,7 +31,7 @@ import sys
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "agent"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 
 from clockalign.store.counter_fields import FIELD_BY_NAME  # noqa: E402
 from clockalign.store.schema import (CUDA_FN_BY_NAME, EVENT_DTYPE, Chunk,  # noqa: E402

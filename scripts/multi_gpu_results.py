@@ -25,12 +25,9 @@ import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-try:
-    import clockalign  # noqa: F401
-except ImportError:  # run from a checkout that is not pip-installed
-    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "agent"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 
+from clockalign.align.sandwiches import run_sandwiches  # noqa: E402
 from clockalign.align.stats import pct  # noqa: E402
 from clockalign.report import analysis  # noqa: E402
 from clockalign.store.devices import bus_id  # noqa: E402
@@ -85,9 +82,7 @@ def counters_md(tl) -> str:
 
 
 def _probed_span(tl, name):
-    from clockalign.store.schema import Chunk
-    g = tl.reader.columns(Chunk.GPU_CLOCK)
-    r = g["remote"][g["gpu"] == int(name[3:])]
+    r = run_sandwiches(tl.reader)[name].remote
     return int(r.min()), int(r.max())
 
 

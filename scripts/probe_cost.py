@@ -28,42 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-try:
-    import clockalign  # noqa: F401
-except ImportError:  # run from a checkout that is not pip-installed
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 
-# The workload: one process, one GPU, C = A @ B in bf16, synchronised every batch.
-WORKLOAD_SRC = r'''
-import json, signal, sys, time
-import torch
-dev, seconds, log_path = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
-n, batch = int(sys.argv[4]), int(sys.argv[5])
-stop = []
-signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
-torch.cuda.set_device(dev)
-a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-for _ in range(3 * batch):
-    torch.matmul(a, b, out=c)
-torch.cuda.synchronize()
-count = 0
-with open(log_path, "w") as log:
-    print("ready", flush=True)
-    end = time.monotonic_ns() + int(seconds * 1e9)
-    while not stop:
-        for _ in range(batch):
-            torch.matmul(a, b, out=c)
-        torch.cuda.synchronize()
-        count += batch
-        t = time.monotonic_ns()
-        log.write(f"{t} {count}\n")
-        if t > end:
-            break
-print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(dev),
-                  "matmuls": count, "n": n, "dtype": "bfloat16"}), flush=True)
-'''
+# The workload: one process, one GPU, C = A @ B in bf16, synchronised every batch (run by its
+# file's path, so the child needs nothing but torch)
+from clockalign.workloads import matmul_loop, progress_log  # noqa: E402
 
 
 class Workload:
@@ -72,7 +41,7 @@ class Workload:
     def __init__(self, gpu: int, seconds: float, log_path, n: int = 4096, batch: int = 20):
         self.log_path = Path(log_path)
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", WORKLOAD_SRC, str(gpu), str(seconds), str(self.log_path),
+            [sys.executable, matmul_loop.__file__, str(gpu), str(seconds), str(self.log_path),
              str(n), str(batch)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -100,11 +69,7 @@ class Workload:
 
     def samples(self):
         """[(t_ns, cumulative matmuls)] from its log."""
-        out = []
-        for line in self.log_path.read_text().splitlines():
-            t, n = line.split()
-            out.append((int(t), int(n)))
-        return out
+        return progress_log.read(self.log_path)
 
 
 def _readline(proc, timeout_s):
@@ -114,15 +79,6 @@ def _readline(proc, timeout_s):
     if not sel.select(timeout_s):
         return ""
     return proc.stdout.readline()
-
-
-def rate(samples, start_ns, end_ns):
-    """Matmuls per second between the first and last log point inside [start, end]."""
-    inside = [(t, n) for t, n in samples if start_ns <= t <= end_ns]
-    if len(inside) < 2:
-        return None
-    (ta, na), (tb, nb) = inside[0], inside[-1]
-    return (nb - na) / ((tb - ta) / 1e9)
 
 
 def machine_info(run_path) -> dict:
@@ -214,7 +170,7 @@ def main(argv=None):
     samples = wl.samples()
     settle = int(args.settle * 1e9)
     for iv in intervals:
-        iv["rate"] = rate(samples, iv["start_ns"] + settle, iv["end_ns"])
+        iv["rate"] = progress_log.rate(samples, iv["start_ns"] + settle, iv["end_ns"])
     pairs = []
     for i, iv in enumerate(intervals):
         if not iv["on"] or iv["rate"] is None:

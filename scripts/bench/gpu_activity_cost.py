@@ -7,9 +7,9 @@ One fresh process per configuration and round (CUPTI can only be injected at sta
   clockalign     clockalign record -- python3 LOOP               (BPF probes, clock probe)
   +gpu-activity  clockalign record --gpu-activity -- python3 LOOP (+ CUPTI, raw timestamps)
   torch.profiler python3 LOOP --profiler  (torch.profiler, CPU + CUDA activities, in-loop)
-LOOP is scripts/bench/resnet_loop.py's model (fp16, batch 1, eager, inference_mode, a
-synchronize every 10 iterations); throughput is counted over --seconds after 50 warm-up
-iterations; configurations are interleaved round by round.
+LOOP is clockalign/workloads/resnet_loop.py --throughput: the model of resnet_loop.py (fp16,
+batch 1, eager, inference_mode, a synchronize every 10 iterations); throughput is counted
+over --seconds after 50 warm-up iterations; configurations are interleaved round by round.
 
     python3 scripts/bench/gpu_activity_cost.py --seconds 8 --rounds 2 --out cost.json
 """
@@ -20,39 +20,15 @@ import subprocess
 import sys
 import tempfile
 
-CHILD = r'''
-import json, sys, time
-seconds, prof = float(sys.argv[1]), sys.argv[2] == "1"
-import torch, torchvision
-model = torchvision.models.resnet18(weights=None).cuda().half().eval()
-x = torch.randn(1, 3, 224, 224, device="cuda", dtype=torch.half)
-def run():
-    n = 0
-    for _ in range(50):
-        model(x)
-    torch.cuda.synchronize()
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < seconds:
-        for _ in range(10):
-            model(x)
-        torch.cuda.synchronize()
-        n += 10
-    return n / (time.monotonic() - t0)
-with torch.inference_mode():
-    if prof:
-        from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-            rate = run()
-    else:
-        rate = run()
-print("RESULT " + json.dumps({"it_per_s": rate}), flush=True)
-'''
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "agent"))
+from clockalign.workloads import resnet_loop  # noqa: E402
 
 CONFIGS = ["plain", "clockalign", "+gpu-activity", "torch.profiler"]
 
 
 def run_one(cfg, seconds, tmp):
-    child = [sys.executable, "-c", CHILD, str(seconds), "1" if cfg == "torch.profiler" else "0"]
+    child = [sys.executable, resnet_loop.__file__, "--seconds", str(seconds), "--throughput"] + (
+        ["--profiler"] if cfg == "torch.profiler" else [])
     if cfg in ("clockalign", "+gpu-activity"):
         run = os.path.join(tmp, f"{cfg.strip('+')}.ca")
         cmd = ["clockalign", "record", "--quiet", "--force", "-o", run] + (

@@ -7,15 +7,9 @@ in ``failed`` with its reason, and every other domain keeps its model.
     host_ns, unc_ns = models["GPU0"].map(gpu_ns)
     models.failed                               # {"GPU1": "no line fits ...: stuck?"}
 """
-import numpy as np
-
 from ..errors import ClockalignError
-from ..store.schema import Chunk, ClockDomain
 from .model import fit_sandwiches
-
-
-def _sandwiches(cols, sel):
-    return tuple(np.asarray(cols[k][sel]).astype(np.int64) for k in ("t0", "remote", "t1"))
+from .sandwiches import recorded_ticks, run_sandwiches
 
 
 class Fits(dict):
@@ -34,25 +28,14 @@ def fit_run(reader, window_ns=5_000_000_000, burst_gap_ns=None, tick_ns=None) ->
     fitted together; the wider launch+sync ones only bind where ping-pong is missing.
     tick_ns overrides the ticks recorded in CLOCK_INFO.
     """
-    ticks = {row["domain"]: int(row.get("tick_ns") or 0)
-             for row in reader.rows(Chunk.CLOCK_INFO) if isinstance(row, dict) and "domain" in row}
-    sources = []
-    cpu = reader.columns(Chunk.CPU_CLOCK)
-    if cpu:
-        for d in np.unique(cpu["domain"]):
-            name = ClockDomain(d).name if d in ClockDomain._value2member_map_ else f"CPU{d}"
-            sources.append((name, _sandwiches(cpu, cpu["domain"] == d)))
-    gpu = reader.columns(Chunk.GPU_CLOCK)
-    if gpu:
-        for g in np.unique(gpu["gpu"]):
-            sources.append((f"GPU{g}", _sandwiches(gpu, gpu["gpu"] == g)))
+    ticks = recorded_ticks(reader)
     models = Fits()
-    for name, (t0, remote, t1) in sources:
-        if len(t0) < 2:
+    for name, s in run_sandwiches(reader).items():
+        if len(s) < 2:
             continue
         try:
             models[name] = fit_sandwiches(
-                t0, remote, t1, tick_ns=ticks.get(name, 0) if tick_ns is None else tick_ns,
+                s.t0, s.remote, s.t1, tick_ns=ticks.get(name, 0) if tick_ns is None else tick_ns,
                 window_ns=window_ns, burst_gap_ns=burst_gap_ns, name=name)
         except ClockalignError as e:
             models.failed[name] = str(e)

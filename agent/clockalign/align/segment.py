@@ -4,8 +4,9 @@ Absolute times never enter a float: the segment keeps int64 bases (R, H) = (remo
 of its first sandwich, works on x = remote - R and on host - H - x (a few us to ms),
 and adds the bases back in int64.  Sandwiches are widened by one tick on each side, since
 a remote reading r only says the remote clock was within a tick of r, and by ``wander_ns``
-where the clock is known to curve (model._curvature, model._allowance): then the best line may miss a
-sandwich by that much, and the truth may leave that line's band by as much again.
+where the clock is known to curve (model._curvature, model._allowance): then the best line
+may miss a sandwich by that much, and the truth may leave that line's band by as much again
+(bounds() widens by it).
 
     seg = Segment(t0, remote, t1, tick_ns=32, max_skew=1e-3)
     low, high = seg.bounds(remote_ns)      # int64 host ns, rounded outward

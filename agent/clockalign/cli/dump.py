@@ -6,7 +6,7 @@ import sys
 import click
 
 from ..errors import ClockalignError, TruncatedRun
-from ..store.decode import event_dicts
+from ..store.event_text import event_dicts
 from ..store.devices import Devices
 from ..store.reader import RunReader
 from ..store.schema import Chunk

@@ -5,7 +5,9 @@
     stats = export_run(Timeline.open("run.ca"), "run.pftrace", "perfetto")   # or "chrome-json"
 
 perfetto.py writes native protobuf with Perfetto's own trace protos; chrome_json.py the
-Trace Event Format; model.py decides tracks, lanes and what each event shows, for both.
+Trace Event Format; for both, model.py decides what each event shows, as rows (rows.py) on
+tracks (tracks.py) kept in order by overflow lanes (lanes.py), and pipeline.py drives a
+writer over the batches.
 """
 import os
 

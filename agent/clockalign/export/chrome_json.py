@@ -19,7 +19,9 @@ import numpy as np
 from ..store.counter_fields import FIELDS
 from . import jsontext as jt
 from .clocks import clock_snapshot
-from .model import ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR, TraceModel, stream
+from .model import TraceModel
+from .pipeline import stream
+from .rows import ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR
 
 SEP = b",\n"
 

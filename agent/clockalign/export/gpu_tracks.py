@@ -14,7 +14,7 @@ here, after.
 import numpy as np
 
 from ..store.schema import GpuKind, Kind, unpack_dims
-from .model import BATCH_ROWS, CAT, V_INT, V_STR, V_UINT, Batch, Slots
+from .rows import BATCH_ROWS, CAT, V_INT, V_STR, V_UINT, Batch, Slots
 
 FLOW_BASE = 0xCB00_0000_0000_0000
 

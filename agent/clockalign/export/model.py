@@ -1,61 +1,26 @@
-"""What a trace shows, independent of its file format: tracks, lanes, rows, annotations.
+"""What a trace shows, independent of its file format: each event as a row (rows.py) on its
+track (tracks.py, lanes.py), with its name, category and annotations, and the flows of the
+fault chains.
 
-Both exporters read the run through ``Timeline.iter_events()`` a batch at a time and turn
-each batch into *rows*: one row per event, a slice (CUDA call, connect(), off-CPU
-interval) or an instant (thread start/rename/exit, process exit, signal, Xid), each with
-its track, name, category and up to ``SLOTS`` annotations, sorted by start time.
-
-Stream tracks.  A call that puts work on a stream (cuda_api.STREAM_WORK: launches, graph
-launches, copies, memsets) is also drawn on one track per CUDA stream of its process, from
-its stream argument (the legacy default stream, a thread's per-thread default stream for
-the _ptsz/_ptds twins and CU_STREAM_PER_THREAD, or the handle), category "stream": what
-was queued where, whichever thread queued it.
-
-Ordering.  The recorder writes a CUDA call when it returns, stamped with its entry time,
-so a batch is not in time order and a long call (a 2 s cuStreamSynchronize) shows up after
-calls that started later on other threads.  No bounded buffer can restore a global time
-order, but one *track* can be kept in order: the calls of one thread do not overlap (a
-thread is in one driver call at a time), nor do the off-CPU intervals of one thread.  So
-every track is its own writer (its own Perfetto trusted_packet_sequence_id), its slices are
-emitted as complete BEGIN/END pairs, and a slice that would overlap one already written on
-its track (a call nested inside another, a reordering) goes to the first overflow *lane*
-(a child track, "overlapping #1", ...) where it fits.  Within every track the timestamps
-are then non-decreasing and the slices balance, whatever the batch order.
+Both exporters read the run through ``Timeline.iter_events()`` a batch at a time
+(pipeline.stream) and TraceModel.build turns each batch into rows sorted by start time; a
+CUDA call that puts work on a stream is a second row, on its stream's track.
 
     model = TraceModel(tl)
     for batch in model.batches():          # Batch: rows sorted by start
         ...                                # exporters encode batch.start/end/track/...
 """
-import dataclasses
-import os
-
 import numpy as np
 
 from ..store import cuda_api
 from ..store.meta import target_label
 from ..store.schema import CUDA_FUNCTIONS, Kind, task_state_name
-from . import decode
+from . import labels
+from .lanes import Lanes
+from .rows import (BATCH_ROWS, CAT, V_BOOL, V_INT, V_PTR, V_STR, V_UINT, Batch, Columns, Slots,
+                   Strings, factorize)
+from .tracks import STREAM_HANDLE, STREAM_LEGACY, STREAM_PER_THREAD, Tracks, run_salt
 
-BATCH_ROWS = 1 << 16
-
-# Annotation slots per row (the most any kind uses) and value types.
-SLOTS = 7
-V_UINT, V_INT, V_PTR, V_STR, V_BOOL = 1, 2, 3, 4, 5
-
-CATEGORIES = ["cuda", "net", "sched", "thread", "gpu", "fault", "stream"]
-CAT = {c: i for i, c in enumerate(CATEGORIES)}
-
-# Every debug-annotation name used, fixed so each writer interns them all up front.
-ANN_NAMES = sorted({a for _, args in CUDA_FUNCTIONS.values() for a in args if a} | {
-    "result", "unc_ns", "peer", "fd", "state", "wakeup_to_run_ns", "cpu_out", "cpu_in",
-    "tid", "parent_tid", "comm", "group_dead", "exit_code", "sender_pid", "sender_comm",
-    "code", "dev", "msg", "pid", "signal_result", "running_ns",
-    "kind", "sources", "message", "gpu", "recovery_ns", "sightings", "step",
-    "correlation", "end_unc_ns"})
-ANN = {a: i for i, a in enumerate(ANN_NAMES)}
-assert len(ANN_NAMES) < 64    # chrome_json packs a slot's name and type into 9 bits
-
-NO_END = np.iinfo(np.int64).min // 4
 _LOOKUP_IDS = np.asarray(cuda_api.ids("function"), dtype=np.int64)
 
 
@@ -73,370 +38,6 @@ def _stream_luts():
 
 
 _STREAM_SLOT, _STREAM_PER_THREAD = _stream_luts()
-STREAM_HANDLE, STREAM_LEGACY, STREAM_PER_THREAD = 0, 1, 2     # Tracks.stream's cls
-
-
-class Strings:
-    """Interned strings shared by all writers: event names and string annotation values."""
-
-    def __init__(self):
-        self.ids = {}
-        self.items = []
-
-    def id(self, s: str) -> int:
-        i = self.ids.get(s)
-        if i is None:
-            i = self.ids[s] = len(self.items)
-            self.items.append(s)
-        return i
-
-    def ids_of(self, strings) -> np.ndarray:
-        return np.array([self.id(s) for s in strings], dtype=np.int64)
-
-
-@dataclasses.dataclass
-class Track:
-    idx: int
-    uuid: int
-    kind: str              # process, thread, offcpu, lane, xid, gpu, counter, faults
-    name: str
-    pid: int = 0
-    tid: int = 0
-    parent: "Track" = None
-    json_pid: int = 0
-    json_tid: int = 0
-    unit: str = ""
-    # Perfetto writer of the track's events: its trusted_packet_sequence_id
-    seq: int = 0
-
-
-PSEUDO = 1 << 30   # pseudo pid/tid for tracks Chrome JSON has no notion of (lanes, GPUs)
-
-# Perfetto ids that another trace concatenated with ours (`cat run.pftrace system.pftrace`)
-# does not use: traced numbers its writers' sequences 1, 2, ... and its track uuids are
-# hashes, so clockalign's sequences start at 2^30 plus a window chosen by the run, and its
-# uuids carry a 40-bit run salt above the track index.
-SEQ_BASE = 1 << 30
-
-
-def run_salt(meta: dict) -> int:
-    """40 bits that differ between runs (host, start clocks, targets): two exports of
-    different runs get disjoint uuids and, but for 1 in 16384, disjoint sequence windows."""
-    import hashlib
-    import json
-    key = json.dumps([meta.get("host"), meta.get("clocks"), meta.get("targets")],
-                     sort_keys=True, default=str)
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=5).digest(), "little")
-
-
-class Tracks:
-    """Every track of the trace, created on first use; parents are created first."""
-
-    def __init__(self, threads: dict, processes: dict, salt: int = 0,
-                 gpu_label=lambda g: f"GPU{g}"):
-        self.threads = threads
-        self.processes = processes
-        self.gpu_label = gpu_label      # GPU n's track name: "GPU0 00000000:18:00.0"
-        self.uuid_base = (salt & ((1 << 40) - 1)) << 24
-        self.seq_base = SEQ_BASE + ((salt & 0x3FFF) << 16)
-        self.clock_seq = self.seq_base + 1     # the clock snapshot's sequence
-        self.all = []
-        self.by_key = {}
-        self.new = []          # created since the last take_new()
-        self._pseudo = PSEUDO
-        self.uuid_lut = np.zeros(0, dtype=np.uint64)
-        self.seq_lut = np.zeros(0, dtype=np.int64)
-        self.jpid_lut = np.zeros(0, dtype=np.int64)
-        self.jtid_lut = np.zeros(0, dtype=np.int64)
-
-    def _pseudo_id(self) -> int:
-        self._pseudo += 1
-        return self._pseudo
-
-    def _add(self, key, **kw) -> Track:
-        t = Track(idx=len(self.all), uuid=self.uuid_base + len(self.all) + 1, **kw)
-        t.seq = self.seq_base + t.idx + 2
-        self.all.append(t)
-        self.by_key[key] = t
-        self.new.append(t)
-        return t
-
-    def take_new(self) -> list:
-        new, self.new = self.new, []
-        if new:
-            n = len(self.all)
-            self.uuid_lut = np.array([t.uuid for t in self.all], dtype=np.uint64)
-            self.seq_lut = np.array([t.seq for t in self.all], dtype=np.int64)
-            self.jpid_lut = np.array([t.json_pid for t in self.all], dtype=np.int64)
-            self.jtid_lut = np.array([t.json_tid for t in self.all], dtype=np.int64)
-            assert len(self.uuid_lut) == n
-        return new
-
-    def process(self, pid: int) -> Track:
-        key = ("process", pid)
-        t = self.by_key.get(key)
-        if t is None:
-            name = self.processes.get(pid) or self.threads.get(pid) or f"process {pid}"
-            t = self._add(key, kind="process", name=name, pid=pid, json_pid=pid,
-                          json_tid=self._pseudo_id())
-        return t
-
-    def thread(self, pid: int, tid: int) -> Track:
-        key = ("thread", pid, tid)
-        t = self.by_key.get(key)
-        if t is None:
-            proc = self.process(pid)
-            t = self._add(key, kind="thread", name=self.threads.get(tid) or f"thread {tid}",
-                          pid=pid, tid=tid, parent=proc, json_pid=pid, json_tid=tid)
-        return t
-
-    def offcpu(self, pid: int, tid: int) -> Track:
-        key = ("offcpu", pid, tid)
-        t = self.by_key.get(key)
-        if t is None:
-            th = self.thread(pid, tid)
-            t = self._add(key, kind="offcpu", name="off-CPU", pid=pid, tid=tid, parent=th,
-                          json_pid=pid, json_tid=self._pseudo_id())
-        return t
-
-    def xid(self) -> Track:
-        t = self.by_key.get(("xid",))
-        if t is None:
-            p = self._pseudo_id()
-            t = self._add(("xid",), kind="xid", name="NVIDIA Xid", json_pid=p, json_tid=p)
-        return t
-
-    def lane(self, base: Track, lane: int) -> Track:
-        key = ("lane", base.idx, lane)
-        t = self.by_key.get(key)
-        if t is None:
-            t = self._add(key, kind="lane", name=f"{base.name} overlapping #{lane}",
-                          pid=base.pid, tid=base.tid, parent=base, json_pid=base.json_pid,
-                          json_tid=self._pseudo_id())
-        return t
-
-    def gpu(self, gpu: int) -> Track:
-        key = ("gpu", gpu)
-        t = self.by_key.get(key)
-        if t is None:
-            p = self._pseudo_id()
-            t = self._add(key, kind="gpu", name=self.gpu_label(gpu), json_pid=p, json_tid=p)
-        return t
-
-    def counter(self, gpu: int, field: int, name: str, unit: str) -> Track:
-        key = ("counter", gpu, field)
-        t = self.by_key.get(key)
-        if t is None:
-            g = self.gpu(gpu)
-            t = self._add(key, kind="counter", name=name, parent=g, unit=unit,
-                          json_pid=g.json_pid, json_tid=g.json_tid)
-        return t
-
-    def clock(self, gpu: int) -> Track:
-        """GPU n's clock domain: its band half-width over time, a counter under the GPU."""
-        key = ("clock", gpu)
-        t = self.by_key.get(key)
-        if t is None:
-            g = self.gpu(gpu)
-            t = self._add(key, kind="counter", name=f"GPU{gpu} clock ±", parent=g, unit="ns",
-                          json_pid=g.json_pid, json_tid=g.json_tid)
-        return t
-
-    def stream(self, pid: int, cls: int, value: int) -> Track:
-        """The track of one CUDA stream of process pid: cls STREAM_HANDLE (value: the
-        handle), STREAM_LEGACY (the legacy default stream), STREAM_PER_THREAD (value: the
-        thread whose per-thread default stream it is)."""
-        key = ("stream", pid, cls, value)
-        t = self.by_key.get(key)
-        if t is None:
-            name = (f"stream {value:#x}" if cls == STREAM_HANDLE else
-                    "stream: legacy default" if cls == STREAM_LEGACY else
-                    f"stream: per-thread default of {self.threads.get(value) or 'thread'} "
-                    f"{value}")
-            proc = self.process(pid)
-            t = self._add(key, kind="stream", name=name, pid=pid, parent=proc,
-                          json_pid=pid, json_tid=self._pseudo_id())
-        return t
-
-    def gpu_stream(self, gpu: int, pid: int, stream: int) -> Track:
-        """Executions (record --gpu-activity) of one CUDA stream of process pid on GPU gpu."""
-        key = ("gpu_stream", gpu, pid, stream)
-        t = self.by_key.get(key)
-        if t is None:
-            g = self.gpu(gpu)
-            t = self._add(key, kind="gpu_stream", name=f"GPU{gpu} stream {stream} (pid {pid})",
-                          pid=pid, parent=g, json_pid=g.json_pid, json_tid=self._pseudo_id())
-        return t
-
-    def faults(self, pid: int = None, gpu: int = None) -> Track:
-        key = ("faults", pid, gpu)
-        t = self.by_key.get(key)
-        if t is None:
-            parent = self.gpu(gpu) if gpu is not None else (
-                self.process(pid) if pid else None)
-            jp = parent.json_pid if parent else self._pseudo_id()
-            t = self._add(key, kind="faults", name="faults", parent=parent, pid=pid or 0,
-                          json_pid=jp, json_tid=self._pseudo_id())
-        return t
-
-
-class Lanes:
-    """Keeps each track's slices in time order and non-overlapping (see module doc)."""
-
-    def __init__(self, tracks: Tracks):
-        self.tracks = tracks
-        self.base_end = np.zeros(0, dtype=np.int64)   # last end on lane 0, per base track idx
-        self.extra = {}                               # base idx -> [last end of lane 1, 2, ...]
-
-    def _grow(self):
-        n = len(self.tracks.all)
-        if len(self.base_end) < n:
-            self.base_end = np.concatenate(
-                [self.base_end, np.full(n - len(self.base_end) + 64, NO_END, np.int64)])
-
-    def assign(self, base: np.ndarray, start: np.ndarray, end: np.ndarray,
-               by_start: np.ndarray = None) -> np.ndarray:
-        """Track idx per row: its base track, or the first overflow lane it fits in.
-        ``by_start``: np.argsort(start, kind="stable"), if the caller has it."""
-        self._grow()
-        n = len(base)
-        out = base.copy()
-        if n == 0:
-            return out
-        if by_start is None:
-            by_start = np.argsort(start, kind="stable")
-        order = by_start[_stable_order(base[by_start])]       # == np.lexsort((start, base))
-        b, s, e = base[order], start[order], end[order]
-        first = np.empty(n, dtype=bool)
-        first[0] = True
-        first[1:] = b[1:] != b[:-1]
-        gid = np.cumsum(first) - 1
-        lo = int(s.min())
-        rel = e - lo
-        span = int(rel.max()) + 1
-        ngroups = int(gid[-1]) + 1
-        if span * ngroups < (1 << 62):
-            off = gid * span
-            cm = np.maximum.accumulate(rel + off) - off
-        else:                      # a span of centuries: do it group by group
-            cm = np.empty(n, dtype=np.int64)
-            starts = np.flatnonzero(first)
-            for a, z in zip(starts, list(starts[1:]) + [n]):
-                cm[a:z] = np.maximum.accumulate(rel[a:z])
-        seed = np.maximum(self.base_end[b], NO_END + lo) - lo
-        prev = np.empty(n, dtype=np.int64)
-        prev[0] = seed[0]
-        prev[1:] = np.where(first[1:], seed[1:], np.maximum(cm[:-1], seed[1:]))
-        bad = (s - lo) < prev
-        last = np.flatnonzero(np.r_[first[1:], True])
-        bad_group = np.zeros(ngroups, dtype=bool)
-        bad_group[gid[bad]] = True
-        good_last = last[~bad_group]
-        self.base_end[b[good_last]] = np.maximum(self.base_end[b[good_last]], cm[good_last] + lo)
-        for g in np.flatnonzero(bad_group):
-            a = int(np.flatnonzero(first)[g])
-            z = int(last[g]) + 1
-            bi = int(b[a])
-            ends = [int(self.base_end[bi])] + self.extra.get(bi, [])
-            for k in range(a, z):
-                si, ei = int(s[k]), int(e[k])
-                for lane, le in enumerate(ends):
-                    if si >= le:
-                        break
-                else:
-                    lane = len(ends)
-                    ends.append(NO_END)
-                ends[lane] = ei
-                if lane:
-                    out[order[k]] = self.tracks.lane(self.tracks.all[bi], lane).idx
-            self.base_end[bi] = ends[0]
-            self.extra[bi] = ends[1:]
-        return out
-
-
-def _stable_order(keys: np.ndarray) -> np.ndarray:
-    """np.argsort(keys, kind="stable") of small non-negative ints, by radix sort when it can."""
-    if len(keys) and 0 <= keys.min() and keys.max() < (1 << 16):
-        keys = keys.astype(np.uint16)
-    return np.argsort(keys, kind="stable")
-
-
-def factorize(values) -> tuple:
-    """(the distinct values, ascending; index of each value in them), as np.unique gives,
-    without a sort when the values span a small range (function ids, result codes)."""
-    v = np.asarray(values)
-    if not len(v):
-        return v[:0], np.zeros(0, dtype=np.intp)
-    lo, hi = v.min(), v.max()
-    if lo == hi:
-        return v[:1].copy(), np.zeros(len(v), dtype=np.intp)
-    if v.dtype.kind in "iu" and int(hi) - int(lo) < (1 << 16):
-        off = (v - lo).astype(np.intp)
-        nz = np.flatnonzero(np.bincount(off))
-        lut = np.zeros(int(hi) - int(lo) + 1, dtype=np.intp)
-        lut[nz] = np.arange(len(nz))
-        return nz.astype(v.dtype) + lo, lut[off]
-    uniq, inv = np.unique(v, return_inverse=True)
-    return uniq, inv.reshape(-1)
-
-
-class _Columns:
-    """Fields of some rows of a TIMELINE_DTYPE batch, gathered one field at a time when
-    first asked for (a whole-row copy of the structured array is several times slower)."""
-
-    def __init__(self, ev, rows):
-        self.ev, self.rows, self.cols = ev, rows, {}
-
-    def __len__(self):
-        return len(self.rows)
-
-    def __getitem__(self, name):
-        c = self.cols.get(name)
-        if c is None:
-            c = self.cols[name] = self.ev[name][self.rows]
-        return c
-
-
-class Slots:
-    """Up to SLOTS debug annotations per row: name id, value type and 64-bit value."""
-
-    def __init__(self, n: int):
-        self.present = np.zeros((SLOTS, n), dtype=bool)
-        self.name = np.zeros((SLOTS, n), dtype=np.int16)      # index in ANN_NAMES
-        self.vtype = np.zeros((SLOTS, n), dtype=np.int8)
-        self.value = np.zeros((SLOTS, n), dtype=np.uint64)
-
-    def put(self, k: int, rows, name: str, vtype: int, values, keep=None):
-        rows = np.asarray(rows)
-        values = np.asarray(values)
-        if values.dtype.kind == "i":
-            values = values.astype(np.int64).view(np.uint64)
-        else:
-            values = values.astype(np.uint64)
-        if keep is not None:
-            rows, values = rows[keep], np.broadcast_to(values, keep.shape)[keep]
-        self.present[k, rows] = True
-        self.name[k, rows] = ANN[name]
-        self.vtype[k, rows] = vtype
-        self.value[k, rows] = values
-
-
-@dataclasses.dataclass
-class Batch:
-    """Rows of one batch, sorted by start (see module doc)."""
-
-    n: int
-    start: np.ndarray        # int64 ns, MONOTONIC
-    end: np.ndarray          # int64 ns; == start for instants
-    slice: np.ndarray        # bool
-    track: np.ndarray        # Track.idx
-    cat: np.ndarray          # index in CATEGORIES
-    name: np.ndarray         # Strings id
-    slots: Slots
-    kind: np.ndarray         # event kind, for counting
-    tid: np.ndarray
-    flows: dict              # row -> (flow_ids, terminating_flow_ids)
-
 
 class TraceModel:
     """Turns a Timeline into batches of rows, and keeps the tracks and strings they use."""
@@ -591,7 +192,7 @@ class TraceModel:
         for i, f in enumerate(uniq.tolist()):
             key = (f, suffix)
             if key not in self._fn_sid:
-                self._fn_sid[key] = self.strings.id(decode.cuda_function_name(f) + suffix)
+                self._fn_sid[key] = self.strings.id(labels.cuda_function_name(f) + suffix)
             lut[i] = self._fn_sid[key]
         return lut[inv]
 
@@ -632,7 +233,7 @@ class TraceModel:
 
         for k in factorize(kind)[0].tolist():
             rows = np.flatnonzero(kind == k)
-            sub = _Columns(ev, order[rows])
+            sub = Columns(ev, order[rows])
             self.counts[k] = self.counts.get(k, 0) + int((~copy[rows]).sum())
             if k in (Kind.CUDA, Kind.CUDA_UNFINISHED):
                 cat[rows] = CAT["cuda"]
@@ -644,11 +245,11 @@ class TraceModel:
                     if not ok.all():
                         bad = ~ok
                         nm[bad] = self.strings.ids_of(
-                            [f"{decode.cuda_function_name(f)}: {decode.cuda_result_name(r)}"
+                            [f"{labels.cuda_function_name(f)}: {labels.cuda_result_name(r)}"
                              for f, r in zip(fids[bad].tolist(), ret[bad].tolist())])
                     name[rows] = nm
                     slots.put(5, rows, "result", V_STR,
-                              self._str_ids(ret, decode.cuda_result_name))
+                              self._str_ids(ret, labels.cuda_result_name))
                 else:
                     name[rows] = self._fn_name_ids(fids, " (unfinished)")
                     slots.put(5, rows, "running_ns", V_UINT, sub["dur_ns"])
@@ -660,8 +261,8 @@ class TraceModel:
                     fn = cuda_api.FUNCTIONS.get(f)
                     keep_str = fn.string_slot if fn else None
                     if keep_str is not None:
-                        texts, idx = decode.unique_strings(decode.data_rows(sub)[sel],
-                                                           decode.data_str)
+                        texts, idx = labels.unique_strings(labels.data_rows(sub)[sel],
+                                                           labels.data_str)
                     for j, arg in enumerate(CUDA_FUNCTIONS.get(f, ("", ("",) * 5))[1]):
                         if not arg:
                             continue
@@ -671,9 +272,9 @@ class TraceModel:
                                       if texts else np.zeros(0, np.int64))
                         elif arg == "func" and fn.role == "launch" and self.kernel_names:
                             self._put_func(slots, j, r, sub["pid"][sel], vals)
-                        elif arg in decode.DIMS_ARGS:
-                            slots.put(j, r, arg, V_STR, self._str_ids(vals, decode.dims_str))
-                        elif arg in decode.POINTER_ARGS:
+                        elif arg in labels.DIMS_ARGS:
+                            slots.put(j, r, arg, V_STR, self._str_ids(vals, labels.dims_str))
+                        elif arg in labels.POINTER_ARGS:
                             slots.put(j, r, arg, V_PTR, vals)
                         else:
                             slots.put(j, r, arg, V_UINT, vals)
@@ -682,14 +283,14 @@ class TraceModel:
             elif k == Kind.CONNECT:
                 cat[rows] = CAT["net"]
                 ret = sub["ret"].astype(np.int64)
-                res = self._str_ids(ret, decode.connect_result)
+                res = self._str_ids(ret, labels.connect_result)
                 name[rows] = self._str_ids(
-                    ret, lambda r: "connect" if r >= 0 else f"connect: {decode.errno_name(r)}")
-                raw = decode.data_rows(sub)
+                    ret, lambda r: "connect" if r >= 0 else f"connect: {labels.errno_name(r)}")
+                raw = labels.data_rows(sub)
                 alen = np.minimum(sub["a1"], 56).astype(np.uint8)[:, None]
-                peers, idx = decode.unique_strings(
+                peers, idx = labels.unique_strings(
                     np.concatenate([raw, alen], axis=1),
-                    lambda row: decode.peer_str(row[:56].tobytes(), int(row[56])))
+                    lambda row: labels.peer_str(row[:56].tobytes(), int(row[56])))
                 slots.put(0, rows, "peer", V_STR, self.strings.ids_of(peers)[idx]
                           if peers else np.zeros(0, np.int64))
                 slots.put(1, rows, "fd", V_UINT, sub["a0"])
@@ -723,9 +324,9 @@ class TraceModel:
         """Kernel names of the batch's successful lookups, before its launches are named."""
         m = np.isin(fids, _LOOKUP_IDS) & (sub["ret"] == 0)
         if m.any():
-            raw = decode.data_rows(sub)[m]
+            raw = labels.data_rows(sub)[m]
             for p, h, row in zip(sub["pid"][m].tolist(), sub["a0"][m].tolist(), raw):
-                self.kernel_names[(p, h)] = decode.data_str(row)
+                self.kernel_names[(p, h)] = labels.data_str(row)
 
     def _put_func(self, slots, j, rows, pids, funcs):
         """A launch's func: the kernel's name where a lookup named that handle, else the
@@ -739,7 +340,7 @@ class TraceModel:
             slots.put(j, rows[known], "func", V_STR, sids)
 
     def _instants(self, k, rows, sub, name, cat, slots):
-        raw = decode.data_rows(sub)
+        raw = labels.data_rows(sub)
         tid = sub["tid"]
         if k in (Kind.THREAD_NEW, Kind.THREAD_NAME, Kind.THREAD_EXIT):
             cat[rows] = CAT["thread"]
@@ -747,7 +348,7 @@ class TraceModel:
                      Kind.THREAD_EXIT: "thread exit"}[k]
             name[rows] = self.strings.id(label)
             slots.put(0, rows, "tid", V_UINT, tid)
-            comms, idx = decode.unique_strings(raw[:, :16], decode.comm_str)
+            comms, idx = labels.unique_strings(raw[:, :16], labels.comm_str)
             slots.put(1, rows, "comm", V_STR, self.strings.ids_of(comms)[idx])
             if k == Kind.THREAD_NEW:
                 slots.put(2, rows, "parent_tid", V_UINT, sub["a0"])
@@ -760,16 +361,16 @@ class TraceModel:
             slots.put(1, rows, "tid", V_UINT, tid)
         elif k == Kind.SIGNAL:
             cat[rows] = CAT["thread"]
-            name[rows] = self._str_ids(sub["ret"].astype(np.int64), decode.signal_name)
+            name[rows] = self._str_ids(sub["ret"].astype(np.int64), labels.signal_name)
             slots.put(0, rows, "sender_pid", V_UINT, sub["a0"])
-            comms, idx = decode.unique_strings(raw[:, :16], decode.comm_str)
+            comms, idx = labels.unique_strings(raw[:, :16], labels.comm_str)
             slots.put(1, rows, "sender_comm", V_STR, self.strings.ids_of(comms)[idx])
             slots.put(2, rows, "signal_result", V_UINT, sub["code"])
         elif k == Kind.XID:
             cat[rows] = CAT["gpu"]
-            name[rows] = self._str_ids(sub["ret"].astype(np.int64), decode.xid_name)
+            name[rows] = self._str_ids(sub["ret"].astype(np.int64), labels.xid_name)
             slots.put(0, rows, "code", V_INT, sub["ret"].astype(np.int64))
-            devs, idx = decode.unique_strings(raw[:, :16], decode.comm_str)
+            devs, idx = labels.unique_strings(raw[:, :16], labels.comm_str)
             slots.put(1, rows, "dev", V_STR, self.strings.ids_of(devs)[idx])
             msgs = [self.tl.xid_text(e)[1] for e in sub.ev[sub.rows]]
             slots.put(2, rows, "msg", V_STR, self.strings.ids_of(msgs))
@@ -780,50 +381,3 @@ class TraceModel:
             slots.put(0, rows, "code", V_INT, sub["ret"].astype(np.int64))
         unc = sub["unc_ns"]
         slots.put(6, rows, "unc_ns", V_UINT, unc, keep=unc != 0)
-
-
-def stream(model: TraceModel, writer, progress=None, workers: int = None):
-    """Drive a writer over all batches, encoding on a second thread.
-
-    ``writer.prepare(batch)`` runs here, in order (it owns the writer's state: tracks
-    declared, strings interned) and may write packets; ``writer.encode(batch, ctx)`` is
-    mostly numpy, which releases the GIL, so encoding runs on the other cores while this
-    thread reads and builds the next batch; it returns bytes or a 1-D uint8 array.  Output order is kept: a batch's bytes follow what its
-    prepare wrote, batches in order.  Memory stays bounded: at most workers + 1 batches wait.
-    """
-    import collections
-    import io
-    from concurrent.futures import ThreadPoolExecutor
-
-    workers = workers or max(1, min(4, os.cpu_count() or 1))
-    depth = workers + 1
-    pending = collections.deque()
-    out = writer.f
-
-    def drain(k):
-        while len(pending) > k:
-            head, fut, nrows = pending.popleft()
-            if head:
-                out.write(head)
-            blob = fut.result()
-            out.write(blob)
-            writer.bytes += len(blob)
-            if progress:
-                progress(nrows)
-
-    with ThreadPoolExecutor(workers, thread_name_prefix="clockalign-export") as pool:
-        try:
-            for b in model.batches():
-                buf = io.BytesIO()
-                writer.f = buf
-                try:
-                    ctx = writer.prepare(b)
-                finally:
-                    writer.f = out
-                pending.append((buf.getvalue(), pool.submit(writer.encode, b, ctx), b.n))
-                writer.count(b)
-                drain(depth)
-            drain(0)
-        finally:
-            for _, fut, _ in pending:
-                fut.cancel()

@@ -4,7 +4,7 @@ The file is a ``Trace``: a run of ``packet`` fields (tag 0x0a, varint length, on
 serialized ``TracePacket``), written one after another, never held as one message.
 
 Sequences: sequence 1 carries the ClockSnapshot.  Every track is its own writer (its own
-trusted_packet_sequence_id, model.py says why): its first packet clears incremental state,
+trusted_packet_sequence_id, lanes.py says why): its first packet clears incremental state,
 sets ``TracePacketDefaults.timestamp_clock_id = BUILTIN_CLOCK_MONOTONIC`` and interns the
 annotation names and categories; then its TrackDescriptor; then its events, each flagged
 SEQ_NEEDS_INCREMENTAL_STATE, in non-decreasing time.  Event names and string values are
@@ -30,8 +30,9 @@ from ..store.counter_fields import FIELDS
 from . import varbytes as vb
 from .clocks import clock_snapshot
 from .gpu_tracks import LaunchFlows, write_gpu_activity
-from .model import (ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR, V_UINT,
-                    TraceModel, stream)
+from .model import TraceModel
+from .pipeline import stream
+from .rows import ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR, V_UINT
 
 MONOTONIC = BuiltinClock.BUILTIN_CLOCK_MONOTONIC
 CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED

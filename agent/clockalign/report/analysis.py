@@ -10,7 +10,7 @@ which render.py prints and tests compare with the input.
 import numpy as np
 
 from ..align.stats import int_grid, pct  # noqa: F401 (pct: the report's percentile)
-from ..export import decode
+from ..export import labels
 from ..store import cuda_api
 from ..store.schema import Chunk, ClockDomain
 
@@ -30,8 +30,8 @@ def cuda_table(cuda, unfinished=None) -> list:
         m = fns == f
         d = cuda["dur"][m]
         ret = cuda["ret"][m]
-        errs = _named_counts(ret[ret != 0], decode.cuda_result_name)
-        rows.append({"function": decode.cuda_function_name(f), "fn": f, "count": int(m.sum()),
+        errs = _named_counts(ret[ret != 0], labels.cuda_result_name)
+        rows.append({"function": labels.cuda_function_name(f), "fn": f, "count": int(m.sum()),
                      "errors": int((ret != 0).sum()), "error_names": errs,
                      "p50_ns": pct(d, 50), "p99_ns": pct(d, 99), "p999_ns": pct(d, 99.9),
                      "max_ns": int(d.max()), "total_ns": int(d.sum()),
@@ -84,7 +84,7 @@ def offcpu_by_function(cuda, inside) -> list:
         m = fns == f
         off = inside["per_call_ns"][m]
         tot = int(cuda["dur"][m].sum())
-        rows.append({"function": decode.cuda_function_name(f), "calls": int(m.sum()),
+        rows.append({"function": labels.cuda_function_name(f), "calls": int(m.sum()),
                      "calls_with_offcpu": int((off > 0).sum()), "offcpu_ns": int(off.sum()),
                      "share": float(off.sum() / tot) if tot else 0.0,
                      "preempted": int(inside["preempted_per_call"][m].sum()),
@@ -104,7 +104,7 @@ def worst_calls(cuda, inside, tl, k=10) -> list:
             break
         tid = int(cuda["tid"][i])
         out.append({"t_ns": int(cuda["t"][i]), "tid": tid, "thread": tl.threads.get(tid, ""),
-                    "function": decode.cuda_function_name(int(cuda["fn"][i])),
+                    "function": labels.cuda_function_name(int(cuda["fn"][i])),
                     "dur_ns": int(cuda["dur"][i]), "offcpu_ns": int(off[i]),
                     "preempted": int(inside["preempted_per_call"][i])})
     return out
@@ -157,7 +157,7 @@ def connect_table(conn, peers) -> list:
         m = pid == p
         d = conn["dur"][m]
         ret = conn["ret"][m]
-        errs = _named_counts(ret[ret < 0], decode.errno_name)
+        errs = _named_counts(ret[ret < 0], labels.errno_name)
         rows.append({"peer": peers[p], "_peer_id": p, "count": int(m.sum()),
                      "errors": int((ret < 0).sum()),
                      "error_names": errs, "p50_ns": pct(d, 50), "p99_ns": pct(d, 99),
@@ -276,7 +276,7 @@ def module_loads(cuda) -> list:
     model-load latency, a precursor users watch."""
     fns = cuda["fn"].astype(np.int64)
     m = np.isin(fns, cuda_api.ids("module"))
-    return [{"t_ns": int(t), "tid": int(tid), "function": decode.cuda_function_name(int(f)),
-             "dur_ns": int(d), "ret": int(r), "result": decode.cuda_result_name(int(r))}
+    return [{"t_ns": int(t), "tid": int(tid), "function": labels.cuda_function_name(int(f)),
+             "dur_ns": int(d), "ret": int(r), "result": labels.cuda_result_name(int(r))}
             for t, tid, f, d, r in zip(cuda["t"][m], cuda["tid"][m], fns[m], cuda["dur"][m],
                                        cuda["ret"][m])]

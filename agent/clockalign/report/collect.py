@@ -9,7 +9,7 @@ it analyses, not the run file.
 """
 import numpy as np
 
-from ..export import decode
+from ..export import labels
 from ..store import cuda_api
 from ..store.schema import Kind
 
@@ -66,7 +66,7 @@ def collect(tl, progress=None) -> Collected:
             if kind == Kind.CUDA and len(e):
                 lk = e[np.isin(e["code"], _LOOKUPS) & (e["ret"] == 0)]
                 for p, h, raw in zip(lk["pid"].tolist(), lk["a0"].tolist(), lk["data"]):
-                    out.kernels[(p, h)] = decode.data_str(raw)
+                    out.kernels[(p, h)] = labels.data_str(raw)
         e = ev[ev["kind"] == Kind.SCHED]
         if len(e):
             parts["sched"].append({"t": e["t_ns"].copy(), "dur": e["dur_ns"].copy(),
@@ -75,11 +75,11 @@ def collect(tl, progress=None) -> Collected:
                                    "state": e["ret"].copy()})
         e = ev[ev["kind"] == Kind.CONNECT]
         if len(e):
-            raw = decode.data_rows(e)
+            raw = labels.data_rows(e)
             alen = np.minimum(e["a1"], 56).astype(np.uint8)[:, None]
-            names, idx = decode.unique_strings(
+            names, idx = labels.unique_strings(
                 np.concatenate([raw, alen], axis=1),
-                lambda row: decode.peer_str(row[:56].tobytes(), int(row[56])))
+                lambda row: labels.peer_str(row[:56].tobytes(), int(row[56])))
             ids = np.array([peer_ids.setdefault(n, len(peer_ids)) for n in names],
                            dtype=np.int32)
             parts["connect"].append({"t": e["t_ns"].copy(), "dur": e["dur_ns"].copy(),

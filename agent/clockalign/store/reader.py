@@ -24,7 +24,7 @@ import zstandard
 
 from ..errors import DamagedRun, NotARunFile, UnsupportedVersion
 from . import codec
-from .decode import XidMessages
+from .event_text import XidMessages
 from .schema import EVENT_DTYPE, GPU_REC_DTYPE, MAGIC, Chunk
 from .writer import CHUNK, CHUNK_MARK, CHUNK_TYPE_LEN, END, END_MARK, HEADER, HEADER_CRC
 

@@ -2,8 +2,8 @@
 
 The BPF side emits one fixed-size C struct (bpf/clockalign.h, ``struct ca_event``) for
 every kind of event; EVENT_DTYPE is its numpy twin, so a batch from the per-CPU perf
-buffers (capture/perfbuf.py) is decoded with one numpy view.  Kind, chunk-type and CUDA function numbers are
-part of the file format: a retired number is never reused.
+buffers (capture/perfbuf.py) is decoded with one numpy view.  Kind, chunk-type and CUDA
+function numbers are part of the file format: a retired number is never reused.
 
     ev = np.frombuffer(raw, dtype=EVENT_DTYPE)
     cuda = ev[ev["kind"] == Kind.CUDA]
@@ -41,7 +41,7 @@ class Kind(enum.IntEnum):
                         # sockaddr (28 bytes each)
     XID_MSG = 12        # one XID_PART_LEN piece of an Xid's whole message, sent before the XID
                         # (same ts, pid, tid): code=part index, ret=message length, bytes in
-                        # a0..a4 + data.  Readers join them (store/decode.XidMessages).
+                        # a0..a4 + data.  Readers join them (store/event_text.XidMessages).
 
 
 class TcpCode(enum.IntEnum):

@@ -7,7 +7,7 @@ for the bytes some kinds carry in ``data`` (comm, Xid device and message, sockad
 """
 import numpy as np
 
-from ..store.decode import cstring, decode_comm, decode_sockaddr, decode_xid  # noqa: F401
+from ..store.event_text import cstring, decode_comm, decode_sockaddr, decode_xid  # noqa: F401
 from ..store.schema import EVENT_DTYPE, KIND_NAMES, Kind
 from .stamps import stamp_unc_ns
 

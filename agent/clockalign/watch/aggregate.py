@@ -18,7 +18,7 @@ import numpy as np
 
 from ..store import cuda_api
 from ..store.counter_fields import CLOCK_REASONS, FIELD_BY_NAME
-from ..store.decode import cstring, decode_sockaddr
+from ..store.event_text import cstring, decode_sockaddr
 from ..store.devices import bus_key
 from ..store.schema import Chunk, Kind, TcpCode
 from ..timeline.codes import cuda_result_name, errno_name
