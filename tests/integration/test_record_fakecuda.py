@@ -405,3 +405,44 @@ def test_report_and_export_name_kernels_and_module_loads(fakecuda, tmp_path):
     lookups = [e["args"]["name"] for e in evs if e.get("ph") in ("X", "B")
                and str(e.get("name", "")).startswith("cuModuleGetFunction")]
     assert lookups[:2] == ["vector_add", "gemm_tile"]
+
+
+SLOW_HELPERS = """
+import sys, time
+from clockalign.capture import recorder
+start = recorder.Recorder._start_helpers
+def slow_start(self, helpers):
+    time.sleep(1.5)      # a GPU host's clock probe start (context, module, tick kernel)
+    return start(self, helpers)
+recorder.Recorder._start_helpers = slow_start
+from clockalign.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_buffers_are_read_while_the_helpers_start(fakecuda, tmp_path):
+    """Events that come while the helpers are starting are read as they come: a burst of
+    200 000 launches (three times what one CPU's 8 MiB buffer holds) in that time loses
+    none.  Before, the buffers were first read once the helpers ran, and the H200 storm lost
+    its first events while the GPU clock probe was opening."""
+    target = start_waiting_target(fakecuda, "--burst", "200000")
+    out = tmp_path / "slowstart.ca"
+    rec = subprocess.Popen([sys.executable, "-c", SLOW_HELPERS, "record", "--pid",
+                            str(target.pid), "-o", str(out), "--ring-mb", "8", *BASE],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env_for(fakecuda))
+    try:
+        wait_for_file(out)
+        target.stdin.write("go\n")
+        target.stdin.flush()
+        info = json.loads(target.stdout.readline())
+        target.wait(timeout=60)
+        _, err = rec.communicate(timeout=120)
+    finally:
+        for p in (target, rec):
+            if p.poll() is None:
+                p.kill()
+    assert rec.returncode == 0, err
+    r = RunReader(out)
+    assert r.trailer["drops"] == {}, r.trailer["drops"]
+    check_workload(r.events(), info, burst=200000)

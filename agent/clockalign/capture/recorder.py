@@ -269,34 +269,41 @@ class Recorder:
         old = self._install_signals()
         try:
             with probes:
-                self.writer = open_writer(o.output, self._meta(tgids, cuda_lib, probes),
-                                          o.sinks)
-                self.writer.write_rows(Chunk.NOTICES, self.notices)
-                for n in probes.notes:
-                    self.notice(n)
-                if probes.ring is not None and not probes.ring.native:
-                    from ..native import batch as native_batch
-                    self.notice("the native batch helper is not available "
-                                f"({native_batch.why_unavailable() or 'disabled'}): events are "
-                                "read with numpy, which sustains about a third of the rate",
-                                "warning")
-                if probes.missing_cuda and cuda_lib:
-                    self.writer.write_rows(Chunk.NOTICES, [{
-                        "t_ns": _now(), "level": "info",
-                        "text": "symbols not exported by libcuda: "
-                                + ", ".join(probes.missing_cuda)}])
-                self._snapshot_threads(tgids)
-                helpers = []
+                # Read the buffers from the moment the probes fire: the writer, the thread
+                # snapshot and the helpers' start (a GPU clock's module load and tick kernel)
+                # take ~0.1 s, in which one busy thread fills its CPU's buffer.
+                self._drain = Drain(probes.ring, next_poll_s).start()
                 try:
-                    self._start_helpers(helpers)
-                    if self.child:
-                        self.child.release()
-                    self._loop(probes, tgids)
-                except BaseException as e:    # the trailer says why; the error still shows
-                    self.stop_reason = self.stop_reason or f"error: {type(e).__name__}: {e}"
-                    raise
+                    self.writer = open_writer(o.output, self._meta(tgids, cuda_lib, probes),
+                                              o.sinks)
+                    self.writer.write_rows(Chunk.NOTICES, self.notices)
+                    for n in probes.notes:
+                        self.notice(n)
+                    if probes.ring is not None and not probes.ring.native:
+                        from ..native import batch as native_batch
+                        self.notice("the native batch helper is not available "
+                                    f"({native_batch.why_unavailable() or 'disabled'}): events are "
+                                    "read with numpy, which sustains about a third of the rate",
+                                    "warning")
+                    if probes.missing_cuda and cuda_lib:
+                        self.writer.write_rows(Chunk.NOTICES, [{
+                            "t_ns": _now(), "level": "info",
+                            "text": "symbols not exported by libcuda: "
+                                    + ", ".join(probes.missing_cuda)}])
+                    self._snapshot_threads(tgids)
+                    helpers = []
+                    try:
+                        self._start_helpers(helpers)
+                        if self.child:
+                            self.child.release()
+                        self._loop(probes, tgids)
+                    except BaseException as e:    # the trailer says why; the error still shows
+                        self.stop_reason = self.stop_reason or f"error: {type(e).__name__}: {e}"
+                        raise
+                    finally:
+                        self._finish(probes, tgids, helpers)
                 finally:
-                    self._finish(probes, tgids, helpers)
+                    self._stop_drain()     # taken by the loop or _finish; else failing early
         finally:
             self._restore_signals(old)
         return self.summary
@@ -388,14 +395,19 @@ class Recorder:
             return self.child.poll() is None
         return any(targets.alive(p) for p in tgids)
 
+    def _stop_drain(self) -> list:
+        """Stop the drain thread once; the batches it read and nobody took (none the second
+        time)."""
+        drain, self._drain = self._drain, None
+        return drain.stop() if drain is not None else []
+
     def _loop(self, probes, tgids):
         """Write what the drain thread reads until a stop; the buffers are read apart from the
         writing (drain.py), so a slow write costs no event."""
-        drain = Drain(probes.ring, next_poll_s).start()
         try:
-            self._write_until_stop(drain, tgids, probes)
+            self._write_until_stop(self._drain, tgids, probes)
         finally:
-            for batch in drain.stop():
+            for batch in self._stop_drain():
                 self._record_batch(batch)
 
     def _write_until_stop(self, drain, tgids, probes):
@@ -513,6 +525,8 @@ class Recorder:
                 self.counts[k] = act[k]
             for text in self._activity.summary_notes():
                 self.notice(text, "warning")
+        for batch in self._stop_drain():     # the loop never ran: a helper failed to start
+            self._record_batch(batch)
         self._record_batch(probes.ring.read())
         unfinished = probes.unfinished_cuda(_now())
         self._record_batch(unfinished)
