@@ -14,6 +14,7 @@ here, after.
 import numpy as np
 
 from ..store.schema import GpuKind, Kind, unpack_dims
+from ..timeline.gpu_activity import activity_names
 from .rows import BATCH_ROWS, CAT, V_INT, V_STR, V_UINT, Batch, Slots
 
 FLOW_BASE = 0xCB00_0000_0000_0000
@@ -73,7 +74,8 @@ def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BAT
     end = np.maximum(r["end_ns"].astype(np.int64), start)
     order = np.argsort(start, kind="stable")
     track = model.lanes.assign(base, start, end, order)
-    sid = model.strings.ids_of(_names(acts, r))
+    texts, ni = activity_names(acts, r)
+    sid = model.strings.ids_of(texts)[ni]
     kernel = r["kind"] == GpuKind.KERNEL
     memset = r["kind"] == GpuKind.MEMSET
     raw = r["raw"]
@@ -111,16 +113,3 @@ def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BAT
         w.bytes += len(blob)
         w.count(b)
     return len(r)
-
-
-def _names(acts, r) -> list:
-    """acts.name() per row, computed once per distinct (kind, pid, name, copy kind)."""
-    key = np.stack([r["kind"].astype(np.int64), r["pid"].astype(np.int64),
-                    r["name"].astype(np.int64), (r["aux"] & 0xFF).astype(np.int64)], axis=1)
-    uniq, inv = np.unique(key, axis=0, return_inverse=True)
-    proto = np.zeros(1, dtype=r.dtype)
-    out = []
-    for k, p, n, a in uniq.tolist():
-        proto["kind"], proto["pid"], proto["name"], proto["aux"] = k, p, n, a
-        out.append(acts.name(proto[0]))
-    return [out[j] for j in inv.reshape(-1).tolist()]
