@@ -141,6 +141,49 @@ def test_perfetto_has_stream_tracks_and_flows_from_launches(run, tmp_path):
     assert all(ts == sorted(ts) for ts in by_seq.values())
 
 
+def test_chrome_json_has_every_dumped_execution_on_its_stream_thread_with_flows(run, tmp_path):
+    from decimal import Decimal
+    path, _ = run
+    out = tmp_path / "g.json"
+    res = CliRunner().invoke(cli, ["export", str(path), "-o", str(out), "--format",
+                                   "chrome-json"])
+    assert res.exit_code == 0, res.output
+    assert "210 GPU executions (200 with a flow" in res.output
+    doc = json.loads(out.read_text(), parse_float=Decimal)      # the µs text, exactly
+    ev = doc["traceEvents"]
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    gpu = {(e["args"]["pid"], e["args"]["correlation"]): e for e in ev
+           if e["ph"] == "X" and e["cat"] == "gpu"}
+    dump = CliRunner().invoke(cli, ["dump", str(path)])
+    lines = [json.loads(x) for x in dump.stdout.splitlines() if x.startswith('{"kind": "gpu_')]
+    assert len(lines) == len(gpu) == 210
+    for d in lines:
+        x = gpu[(d["pid"], d["correlation"])]
+        assert x["ts"] == Decimal(d["t_ns"]) / 1000
+        assert x["dur"] == Decimal(max(d["end_ns"] - d["t_ns"], 0)) / 1000
+        assert x["name"] == d["name"]
+        assert x["args"] == {k: v for k, v in d.items() if k not in ("kind", "t_ns", "end_ns",
+                                                                       "name")}
+        assert threads[(x["pid"], x["tid"])] == f"GPU0 stream {d['stream']} (pid {d['pid']})"
+    conv = [x for x in gpu.values() if x["args"]["pid"] == g.PID2]
+    assert len(conv) == 10 and all(x["args"]["timestamps"] == "converted"
+                                   and x["args"]["unc_ns"] is None for x in conv)
+    # flows: one start on the launching thread's call, one end on the execution
+    s = {e["id"]: e for e in ev if e["ph"] == "s" and e["cat"] == "gpu"}
+    f = {e["id"]: e for e in ev if e["ph"] == "f" and e["cat"] == "gpu"}
+    assert len(s) == len(f) == 200 and set(s) == set(f)
+    launches = {(x["pid"], x["tid"], x["ts"]) for x in ev if x["ph"] == "X" and x["cat"] == "cuda"}
+    by_end = {(x["pid"], x["tid"], x["ts"]): x for x in gpu.values()}
+    for i, a in s.items():
+        b = f[i]
+        assert b["bp"] == "e" and (a["pid"], a["tid"], a["ts"]) in launches
+        x = by_end[(b["pid"], b["tid"], b["ts"])]
+        assert x["args"]["launch"]["source"] == "bpf"
+        assert (a["pid"], a["tid"]) == (x["args"]["pid"], x["args"]["launch"]["tid"])
+        assert a["ts"] == Decimal(x["args"]["launch"]["t_ns"]) / 1000
+
+
 def test_report_section_counts_idle_gaps_while_the_launcher_was_off_cpu(run, tmp_path):
     path, truth = run
     rep = build_report(Timeline.open(path), tmp_path / "rep")

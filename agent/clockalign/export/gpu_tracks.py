@@ -24,6 +24,11 @@ def flow_id(row_index: int) -> int:
     return FLOW_BASE | (row_index + 1)
 
 
+def flow_row(fid: int) -> int:
+    """The GPU activity row of a flow id of flow_id(), or -1 for any other flow id."""
+    return (fid & 0xFFFF_FFFF_FFFF) - 1 if fid >> 48 == FLOW_BASE >> 48 else -1
+
+
 class LaunchFlows:
     """Flow ids for the launch calls (BPF CUDA events) that GPU activity rows name."""
 
@@ -56,13 +61,10 @@ def _dims_str(packed) -> str:
     return f"{x}x{y}x{z}"
 
 
-def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BATCH_ROWS) -> int:
-    """The GPU slices of ``acts`` on their stream tracks, through the writer's bulk path
-    (PerfettoWriter.prepare/encode, as the BPF events); returns how many were written."""
-    r = acts.rows
-    if not len(r):
-        return 0
-    model = w.model
+def layout(model, r) -> tuple:
+    """(start, end, order by start, track idx) of GPU activity rows ``r``: each on its
+    (GPU, process, stream) track, or the overflow lane of it where it would overlap one
+    already there (a slice ends where the next starts, give or take the mapping)."""
     tr = model.tracks
     gpu = np.where(r["gpu"] >= 0, r["gpu"], r["device"]).astype(np.int64)
     keys = np.stack([gpu, r["pid"].astype(np.int64), r["stream"].astype(np.int64)], axis=1)
@@ -73,7 +75,17 @@ def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BAT
     start = r["t_ns"].astype(np.int64)
     end = np.maximum(r["end_ns"].astype(np.int64), start)
     order = np.argsort(start, kind="stable")
-    track = model.lanes.assign(base, start, end, order)
+    return start, end, order, model.lanes.assign(base, start, end, order)
+
+
+def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BATCH_ROWS) -> int:
+    """The GPU slices of ``acts`` on their stream tracks, through the writer's bulk path
+    (PerfettoWriter.prepare/encode, as the BPF events); returns how many were written."""
+    r = acts.rows
+    if not len(r):
+        return 0
+    model = w.model
+    start, end, order, track = layout(model, r)
     texts, ni = activity_names(acts, r)
     sid = model.strings.ids_of(texts)[ni]
     kernel = r["kind"] == GpuKind.KERNEL
