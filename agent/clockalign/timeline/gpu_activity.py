@@ -336,18 +336,30 @@ def waiting_syncs(rows, cuda, sync_fns) -> np.ndarray:
     return out
 
 
+def row_keys(*cols) -> tuple:
+    """(the distinct tuples of the integer columns ``cols``, as a list; index of each row's
+    tuple in it), as np.unique(np.stack(cols, 1), axis=0) gives, but a column at a time on
+    int64 keys (unique over rows of a 2-D array is many times slower)."""
+    inv = np.zeros(len(cols[0]), dtype=np.int64)
+    for c in cols:
+        u, i = np.unique(np.asarray(c).astype(np.int64), return_inverse=True)
+        u, inv = np.unique(inv * len(u) + i.reshape(-1), return_inverse=True)
+    inv = inv.reshape(-1)
+    first = np.zeros(len(u), dtype=np.int64)
+    first[inv] = np.arange(len(inv))         # a row of each tuple (any: they agree)
+    return [tuple(int(np.asarray(c)[j]) for c in cols) for j in first.tolist()], inv
+
+
 def activity_names(acts: GpuActivity, r) -> tuple:
     """(names, index per row): acts.name() computed once per distinct (kind, pid, name,
     copy kind) of rows ``r``, not once per row."""
-    key = np.stack([r["kind"].astype(np.int64), r["pid"].astype(np.int64),
-                    r["name"].astype(np.int64), (r["aux"] & 0xFF).astype(np.int64)], axis=1)
-    uniq, inv = np.unique(key, axis=0, return_inverse=True)
+    uniq, inv = row_keys(r["kind"], r["pid"], r["name"], r["aux"] & 0xFF)
     proto = np.zeros(1, dtype=r.dtype)
     out = []
-    for k, p, n, a in uniq.tolist():
+    for k, p, n, a in uniq:
         proto["kind"], proto["pid"], proto["name"], proto["aux"] = k, p, n, a
         out.append(acts.name(proto[0]))
-    return out, inv.reshape(-1)
+    return out, inv
 
 
 def activity_dicts(acts: GpuActivity, block: int = 1 << 16):
