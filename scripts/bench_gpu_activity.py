@@ -88,6 +88,8 @@ def main():
     ap.add_argument("--only", nargs="+", help="commands to measure (default: all)")
     ap.add_argument("--label", default="now", help="name of this set of figures")
     ap.add_argument("--results", default=os.path.join(ROOT, "results"))
+    ap.add_argument("--commit", help="the commit of the tree measured, where it is not a git "
+                                     "checkout (a `git archive` copy)")
     a = ap.parse_args()
     from tests.unit.gpu_runs import make_bulk_gpu_run
     with tempfile.TemporaryDirectory(prefix="ca-gpu-bench-") as work:
@@ -112,8 +114,9 @@ def main():
     doc["sets"][a.label] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": "python scripts/bench_gpu_activity.py " + " ".join(sys.argv[1:]),
-        "commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                 capture_output=True, text=True).stdout.strip(),
+        "commit": a.commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short",
+                                              "HEAD"], capture_output=True,
+                                             text=True).stdout.strip() or "unknown",
         "n": a.n, "figures": {**prev, **figures}}
     doc["machine"] = {"nproc": os.cpu_count(), "cpu": cpu_model(), "mem_gb": mem_total_gb(),
                       "python": platform.python_version(), "platform": platform.platform()}

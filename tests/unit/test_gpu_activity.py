@@ -209,3 +209,35 @@ def test_a_run_without_gpu_activity_has_no_section(tmp_path):
     assert len(tl.gpu_activity()) == 0
     rep = build_report(tl, tmp_path / "rep")
     assert "gpu_activity" not in rep.numbers
+
+
+def test_row_keys_are_numpy_unique_over_rows():
+    from clockalign.timeline.gpu_activity import row_keys
+    rng = np.random.default_rng(3)
+    cols = [rng.integers(0, 3, 500), rng.integers(0, 1 << 40, 500) % 7 << 33,
+            rng.integers(0, 5, 500).astype(np.uint32)]
+    uniq, inv = row_keys(*cols)
+    want, winv = np.unique(np.stack([c.astype(np.int64) for c in cols], axis=1), axis=0,
+                           return_inverse=True)
+    assert uniq == [tuple(r) for r in want.tolist()]
+    assert (inv == winv.reshape(-1)).all()
+
+
+def test_launch_flows_match_every_execution_of_a_launch_by_time_and_thread():
+    from types import SimpleNamespace
+    from clockalign.export.gpu_tracks import FLOW_BASE, LaunchFlows
+    r = np.zeros(5, dtype=[("launch_src", "u1"), ("launch_tid", "<u4"),
+                           ("launch_t_ns", "<i8")])
+    r["launch_src"] = [1, 1, 1, 1, 2]           # row 4: a callback stamp, no BPF call
+    r["launch_tid"] = [7, 7, 8, 7, 7]
+    r["launch_t_ns"] = [100, 200, 200, 200, 300]  # rows 1 and 3: one graph launch, two runs
+    lf = LaunchFlows(SimpleNamespace(rows=r))
+    start = np.array([50, 100, 200, 200, 300, 200])
+    tid = np.array([7, 7, 8, 7, 7, 7])
+    kind = np.full(6, Kind.CUDA)
+    skip = np.array([False] * 5 + [True])       # its stream-track copy gets no flow
+    flows = {}
+    lf.match(start, tid, kind, skip, flows)
+    got = {k: sorted(f - FLOW_BASE - 1 for f in v[0]) for k, v in flows.items()}
+    assert got == {1: [0], 2: [2], 3: [1, 3]}
+    assert lf.matched.tolist() == [True, True, True, True, False]
