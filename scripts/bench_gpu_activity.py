@@ -88,6 +88,7 @@ def main():
     ap.add_argument("--only", nargs="+", help="commands to measure (default: all)")
     ap.add_argument("--label", default="now", help="name of this set of figures")
     ap.add_argument("--results", default=os.path.join(ROOT, "results"))
+    ap.add_argument("--note", help="a line on this set of figures, shown under its heading")
     ap.add_argument("--commit", help="the commit of the tree measured, where it is not a git "
                                      "checkout (a `git archive` copy)")
     a = ap.parse_args()
@@ -118,6 +119,8 @@ def main():
                                               "HEAD"], capture_output=True,
                                              text=True).stdout.strip() or "unknown",
         "n": a.n, "figures": {**prev, **figures}}
+    if a.note:
+        doc["sets"][a.label]["note"] = a.note
     doc["machine"] = {"nproc": os.cpu_count(), "cpu": cpu_model(), "mem_gb": mem_total_gb(),
                       "python": platform.python_version(), "platform": platform.platform()}
     with open(path, "w") as f:
@@ -138,7 +141,7 @@ def markdown(doc) -> str:
            ""]
     for label, s in doc["sets"].items():
         out += [f"## {label}: N = {s['n']:,} (commit {s['commit']}, {s['date']})", "",
-                f"`{s['command']}`", "",
+                f"`{s['command']}`", ""] + ([s["note"], ""] if s.get("note") else []) + [
                 "| command | wall s | peak RSS MB | peak anonymous MB |", "|---|---:|---:|---:|"]
         for name, r in s["figures"].items():
             out.append(f"| {name} | {r['wall_s']:.2f} | {r['peak_rss_mb']:.0f} | "
