@@ -158,3 +158,71 @@ def make_gpu_run(path, rounds=40, per_round=4, through_wire=True):
     return {"kernels": np.array(truth_k, dtype=np.int64), "gaps": gaps, "rounds": rounds,
             "per_round": per_round, "conv_truth": np.array(conv_truth, dtype=np.int64),
             "events": ev, "end": t}
+
+
+def make_bulk_gpu_run(path, n: int, chunk: int = 65536, streams: int = 4, seed: int = 5):
+    """A run of ``n`` GPU executions (vectorised, for memory and speed benchmarks): one
+    thread launches back to back (BPF cuLaunchKernel / cuMemcpyAsync / cuMemsetD8Async
+    events 5 us long, one every 6 us), each with its CUPTI callback and raw activity record
+    (every 10th a copy, every 20th a memset, the rest kernels of 64 names on ``streams``
+    streams), written ``chunk`` records per GPU_ACTIVITY chunk as the recorder does.
+    Returns {"n", "t_end"}."""
+    rng = np.random.default_rng(seed)
+    i = np.arange(n, dtype=np.int64)
+    t = MONO0 + 10_000_000 + i * 6_000
+    kind = np.full(n, GpuKind.KERNEL, np.uint16)
+    kind[i % 10 == 9] = GpuKind.MEMCPY
+    kind[i % 20 == 19] = GpuKind.MEMSET
+    fn = np.select([kind == GpuKind.MEMCPY, kind == GpuKind.MEMSET],
+                   [CUDA_FN_BY_NAME["cuMemcpyAsync"], CUDA_FN_BY_NAME["cuMemsetD8Async"]],
+                   CUDA_FN_BY_NAME["cuLaunchKernel"]).astype(np.uint16)
+    start = t + 8_000
+    end = start + 1_000 + rng.integers(0, 3_000, n)
+    ev = np.zeros(n, dtype=EVENT_DTYPE)
+    ev["kind"], ev["ts"], ev["dur"], ev["pid"], ev["tid"], ev["code"] = \
+        Kind.CUDA, t, LAUNCH_NS, PID, TID, fn
+    api = np.zeros(n, dtype=GPU_REC_DTYPE)
+    api["kind"], api["pid"], api["tid"], api["corr"] = GpuKind.API, PID, TID, i + 1
+    api["start"], api["end"], api["aux"] = t + 1_000, t + LAUNCH_NS - 1_000, CB_API
+    act = np.zeros(n, dtype=GPU_REC_DTYPE)
+    act["kind"], act["flags"], act["pid"], act["corr"] = kind, 1, PID, i + 1
+    act["start"], act["end"] = gpu_time(start), gpu_time(end)
+    act["stream"] = 13 + i % streams
+    k = kind == GpuKind.KERNEL
+    act["name"][k] = 1 + rng.integers(0, 64, int(k.sum()))
+    act["grid"][k] = (1 + i[k] % 512) | 1 << 32 | 1 << 48
+    act["block"][k] = 128 | 1 << 32 | 1 << 48
+    act["shmem"][k] = 48
+    act["value"][~k] = 4096 + i[~k] % 1000
+    act["aux"][kind == GpuKind.MEMCPY] = 1
+    act["aux"][kind == GpuKind.MEMSET] = 7
+    head = np.concatenate([
+        _rec(GpuKind.INFO, pid=PID, value=130001, aux=0, flags=1, start=MONO0),
+        _rec(GpuKind.DEVICE, pid=PID, device=0, aux=1,
+             grid=int.from_bytes(UUID[:8], "little"), block=int.from_bytes(UUID[8:], "little"))])
+    t_end = int(t[-1]) + 100_000
+    meta = {"tool": "clockalign", "host": "bench", "clocks": {"MONOTONIC": MONO0},
+            "targets": [{"pid": PID, "cmdline": ["python3", "bench.py"]}], "mode": "spawn"}
+    with RunWriter(path, meta) as w:
+        w.write_rows(Chunk.CLOCK_INFO, [{"domain": "GPU0", "ordinal": 0, "tick_ns": 32,
+                                         "uuid": UUID_TEXT, "method": "ping-pong"}])
+        w.write_rows(Chunk.THREADS, [{"pid": PID, "tid": TID, "comm": "launcher",
+                                      "t_ns": MONO0}])
+        h = np.arange(MONO0, t_end + 100_000_000, 50_000_000, dtype=np.int64)
+        t0 = (h[:, None] + np.arange(16)[None, :] * 3_000).ravel()
+        mid = t0 + 900 + rng.integers(-200, 200, len(t0))
+        w.write_columns(Chunk.GPU_CLOCK, {
+            "gpu": np.zeros(len(t0), np.uint8), "method": np.ones(len(t0), np.uint8),
+            "t0": t0, "remote": (gpu_time(mid) // 32) * 32, "t1": t0 + 1_800})
+        w.write_columns(Chunk.GPU_ACTIVITY, {f: head[f] for f in GPU_REC_DTYPE.names})
+        half = chunk // 2
+        for a in range(0, n, half):          # a chunk: callbacks and the activity they led to
+            e = ev[a:a + half]
+            w.write_columns(Chunk.EVENTS, {f: e[f] for f in EVENT_DTYPE.names})
+            recs = np.concatenate([api[a:a + half], act[a:a + half]])
+            w.write_columns(Chunk.GPU_ACTIVITY, {f: recs[f] for f in GPU_REC_DTYPE.names})
+        w.write_rows(Chunk.GPU_NAMES, [{"pid": PID, "space": 1, "id": j, "name": f"kernel_{j}"}
+                                       for j in range(1, 65)]
+                     + [{"pid": PID, "space": 2, "id": CB_API, "name": "cuLaunchKernel"}])
+        w.close({"reason": "bench", "counts": {"cuda": n, "gpu_kernel": int(k.sum())}})
+    return {"n": n, "t_end": t_end}

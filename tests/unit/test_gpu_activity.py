@@ -141,6 +141,49 @@ def test_perfetto_has_stream_tracks_and_flows_from_launches(run, tmp_path):
     assert all(ts == sorted(ts) for ts in by_seq.values())
 
 
+def test_chrome_json_has_every_dumped_execution_on_its_stream_thread_with_flows(run, tmp_path):
+    from decimal import Decimal
+    path, _ = run
+    out = tmp_path / "g.json"
+    res = CliRunner().invoke(cli, ["export", str(path), "-o", str(out), "--format",
+                                   "chrome-json"])
+    assert res.exit_code == 0, res.output
+    assert "210 GPU executions (200 with a flow" in res.output
+    doc = json.loads(out.read_text(), parse_float=Decimal)      # the µs text, exactly
+    ev = doc["traceEvents"]
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    gpu = {(e["args"]["pid"], e["args"]["correlation"]): e for e in ev
+           if e["ph"] == "X" and e["cat"] == "gpu"}
+    dump = CliRunner().invoke(cli, ["dump", str(path)])
+    lines = [json.loads(x) for x in dump.stdout.splitlines() if x.startswith('{"kind": "gpu_')]
+    assert len(lines) == len(gpu) == 210
+    for d in lines:
+        x = gpu[(d["pid"], d["correlation"])]
+        assert x["ts"] == Decimal(d["t_ns"]) / 1000
+        assert x["dur"] == Decimal(max(d["end_ns"] - d["t_ns"], 0)) / 1000
+        assert x["name"] == d["name"]
+        assert x["args"] == {k: v for k, v in d.items() if k not in ("kind", "t_ns", "end_ns",
+                                                                       "name")}
+        assert threads[(x["pid"], x["tid"])] == f"GPU0 stream {d['stream']} (pid {d['pid']})"
+    conv = [x for x in gpu.values() if x["args"]["pid"] == g.PID2]
+    assert len(conv) == 10 and all(x["args"]["timestamps"] == "converted"
+                                   and x["args"]["unc_ns"] is None for x in conv)
+    # flows: one start on the launching thread's call, one end on the execution
+    s = {e["id"]: e for e in ev if e["ph"] == "s" and e["cat"] == "gpu"}
+    f = {e["id"]: e for e in ev if e["ph"] == "f" and e["cat"] == "gpu"}
+    assert len(s) == len(f) == 200 and set(s) == set(f)
+    launches = {(x["pid"], x["tid"], x["ts"]) for x in ev if x["ph"] == "X" and x["cat"] == "cuda"}
+    by_end = {(x["pid"], x["tid"], x["ts"]): x for x in gpu.values()}
+    for i, a in s.items():
+        b = f[i]
+        assert b["bp"] == "e" and (a["pid"], a["tid"], a["ts"]) in launches
+        x = by_end[(b["pid"], b["tid"], b["ts"])]
+        assert x["args"]["launch"]["source"] == "bpf"
+        assert (a["pid"], a["tid"]) == (x["args"]["pid"], x["args"]["launch"]["tid"])
+        assert a["ts"] == Decimal(x["args"]["launch"]["t_ns"]) / 1000
+
+
 def test_report_section_counts_idle_gaps_while_the_launcher_was_off_cpu(run, tmp_path):
     path, truth = run
     rep = build_report(Timeline.open(path), tmp_path / "rep")
@@ -166,3 +209,35 @@ def test_a_run_without_gpu_activity_has_no_section(tmp_path):
     assert len(tl.gpu_activity()) == 0
     rep = build_report(tl, tmp_path / "rep")
     assert "gpu_activity" not in rep.numbers
+
+
+def test_row_keys_are_numpy_unique_over_rows():
+    from clockalign.timeline.gpu_activity import row_keys
+    rng = np.random.default_rng(3)
+    cols = [rng.integers(0, 3, 500), rng.integers(0, 1 << 40, 500) % 7 << 33,
+            rng.integers(0, 5, 500).astype(np.uint32)]
+    uniq, inv = row_keys(*cols)
+    want, winv = np.unique(np.stack([c.astype(np.int64) for c in cols], axis=1), axis=0,
+                           return_inverse=True)
+    assert uniq == [tuple(r) for r in want.tolist()]
+    assert (inv == winv.reshape(-1)).all()
+
+
+def test_launch_flows_match_every_execution_of_a_launch_by_time_and_thread():
+    from types import SimpleNamespace
+    from clockalign.export.gpu_tracks import FLOW_BASE, LaunchFlows
+    r = np.zeros(5, dtype=[("launch_src", "u1"), ("launch_tid", "<u4"),
+                           ("launch_t_ns", "<i8")])
+    r["launch_src"] = [1, 1, 1, 1, 2]           # row 4: a callback stamp, no BPF call
+    r["launch_tid"] = [7, 7, 8, 7, 7]
+    r["launch_t_ns"] = [100, 200, 200, 200, 300]  # rows 1 and 3: one graph launch, two runs
+    lf = LaunchFlows(SimpleNamespace(rows=r))
+    start = np.array([50, 100, 200, 200, 300, 200])
+    tid = np.array([7, 7, 8, 7, 7, 7])
+    kind = np.full(6, Kind.CUDA)
+    skip = np.array([False] * 5 + [True])       # its stream-track copy gets no flow
+    flows = {}
+    lf.match(start, tid, kind, skip, flows)
+    got = {k: sorted(f - FLOW_BASE - 1 for f in v[0]) for k, v in flows.items()}
+    assert got == {1: [0], 2: [2], 3: [1, 3]}
+    assert lf.matched.tolist() == [True, True, True, True, False]

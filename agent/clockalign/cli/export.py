@@ -25,8 +25,8 @@ Examples:
 def command(file, output, fmt):
     """Write FILE as a trace: CUDA calls, off-CPU intervals (preempted vs blocked),
     connect() calls, GPU counters and faults with flows to what followed them, GPU kernels,
-    copies and memsets of a --gpu-activity run (Perfetto only: one track per GPU stream, a
-    flow from each launch call), all on
+    copies and memsets of a --gpu-activity run (one track per GPU stream, a flow from each
+    launch call), all on
     CLOCK_MONOTONIC, with a clock snapshot so the trace merges with a Perfetto system trace.
     Streams: memory stays bounded whatever the run's size.  Exits 3 when FILE is
     truncated (what was kept is still exported)."""

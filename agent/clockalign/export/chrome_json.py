@@ -2,7 +2,9 @@
 
 Slices are complete events (``"ph":"X"``, so nothing needs balancing), instants ``"i"``,
 GPU counters ``"C"`` (one pseudo-process per GPU), fault chains flows ``"s"``/``"t"``/``"f"``
-bound to the enclosing slice, names ``"M"`` (process_name, thread_name).  Times are µs
+bound to the enclosing slice, names ``"M"`` (process_name, thread_name); the GPU executions
+of a --gpu-activity run, one thread per GPU stream, with flows from their launch calls
+(gpu_json.py).  Times are µs
 with the nanoseconds as three decimals (``"ts":1000001.003``), MONOTONIC like the native
 export; pointers are hex strings (``"0x7f0000001040"``).  JSON has no child tracks: off-CPU
 tracks and overflow lanes (model.py) are pseudo-threads with tids from 2^30 up, named
@@ -19,6 +21,7 @@ import numpy as np
 from ..store.counter_fields import FIELDS
 from . import jsontext as jt
 from .clocks import clock_snapshot
+from .gpu_tracks import LaunchFlows
 from .model import TraceModel
 from .pipeline import stream
 from .rows import ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR
@@ -273,23 +276,35 @@ class JsonWriter:
                 self.record({"ph": "M", "name": "thread_sort_index", "pid": t.json_pid,
                              "tid": t.json_tid, "args": {"sort_index": t.parent.json_tid}})
 
+    def track_texts(self):
+        """Metadata of new tracks written; '"pid":P,"tid":T' of every track (a snapshot)."""
+        tr = self.model.tracks
+        self.declare(tr.take_new())
+        self._tracks.extend([b'"pid":%d,"tid":%d' % (t.json_pid, t.json_tid)
+                             for t in tr.all[len(self._tracks.items):]])
+        return self._tracks.snapshot()
+
     def prepare(self, b):
         """Main-thread part of a batch: metadata of new tracks, texts of new strings and
         tracks; returns the encode context."""
-        tr = self.model.tracks
-        self.declare(tr.take_new())
+        tracks = self.track_texts()
         items = self.model.strings.items
         self._texts.extend([_js(s) for s in items[len(self._texts.items):]])
-        self._tracks.extend([b'"pid":%d,"tid":%d' % (t.json_pid, t.json_tid)
-                             for t in tr.all[len(self._tracks.items):]])
-        return self._texts.snapshot(), self._tracks.snapshot()
+        return self._texts.snapshot(), tracks
 
     @staticmethod
     def encode(b, ctx):
-        """The batch's records as bytes (thread-safe: reads only ``b`` and ``ctx``)."""
+        """The batch's records as bytes (thread-safe: reads only ``b`` and ``ctx``), then
+        the starts of the GPU launch flows on its rows (gpu_json.py)."""
         texts, tracks = ctx
-        return _interleave(b.n, [(rows, _shape_text(b, rows, texts, tracks))
+        blob = _interleave(b.n, [(rows, _shape_text(b, rows, texts, tracks))
                                  for rows in _shapes(b)])
+        if b.flows:
+            from .gpu_json import flow_starts
+            starts = flow_starts(b, tracks)
+            if starts:
+                return b"".join((blob, starts))
+        return blob
 
     def counters(self, rows):
         tr = self.model.tracks
@@ -370,9 +385,13 @@ def _jsonable(v):
 
 def write_chrome_json(tl, f, progress=None, batch_rows=None) -> dict:
     """Stream the whole run into ``f`` (binary) as Chrome JSON; returns counts."""
+    from .gpu_json import write_gpu_json          # it builds on this module's row matrices
     model = TraceModel(tl, **({"batch_rows": batch_rows} if batch_rows else {}))
     faults = tl.faults()
     model.set_chains(faults)
+    acts = tl.gpu_activity()
+    if len(acts):
+        model.gpu_flows = LaunchFlows(acts)
     w = JsonWriter(f, model)
     snap = clock_snapshot(tl)
     head = {"ph": "M", "name": "clockalign", "pid": 0, "tid": 0,
@@ -384,9 +403,11 @@ def write_chrome_json(tl, f, progress=None, batch_rows=None) -> dict:
     if cnt is not None and len(cnt):
         w.counters(cnt)
     w.faults(faults, model.unmatched_steps())
+    gpu_n = write_gpu_json(w, acts, model.gpu_flows) if len(acts) else 0
     w.raw(b'\n],"displayTimeUnit":"ns","otherData":' + json.dumps(
         {"clock": "MONOTONIC", "clock_snapshot": snap.describe(),
          "truncated": tl.truncated}).encode() + b"}\n", 0)
     return {"events": dict(model.counts), "records": w.records, "bytes": w.bytes,
-            "tracks": len(model.tracks.all), "faults": len(faults),
+            "tracks": len(model.tracks.all), "faults": len(faults), "gpu_activity": gpu_n,
+            "gpu_flows": int(model.gpu_flows.matched.sum()) if model.gpu_flows else 0,
             "counters": 0 if cnt is None else len(cnt), "clock_snapshot": snap.describe()}

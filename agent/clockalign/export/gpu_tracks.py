@@ -11,16 +11,25 @@ here, after.
     ... stream(model, writer) ...
     write_gpu_activity(writer, acts)
 """
+import dataclasses
+
 import numpy as np
 
 from ..store.schema import GpuKind, Kind, unpack_dims
+from ..timeline.gpu_activity import activity_names, row_keys
 from .rows import BATCH_ROWS, CAT, V_INT, V_STR, V_UINT, Batch, Slots
 
 FLOW_BASE = 0xCB00_0000_0000_0000
 
 
-def flow_id(row_index: int) -> int:
-    return FLOW_BASE | (row_index + 1)
+def flow_ids(rows) -> list:
+    """The flow id of each GPU activity row index of ``rows`` (Python ints)."""
+    return (np.uint64(FLOW_BASE) | (np.asarray(rows, dtype=np.uint64) + np.uint64(1))).tolist()
+
+
+def flow_row(fid: int) -> int:
+    """The GPU activity row of a flow id of flow_ids(), or -1 for any other flow id."""
+    return (fid & 0xFFFF_FFFF_FFFF) - 1 if fid >> 48 == FLOW_BASE >> 48 else -1
 
 
 class LaunchFlows:
@@ -36,23 +45,52 @@ class LaunchFlows:
         self.matched = np.zeros(len(r), dtype=bool)
 
     def match(self, start, tid, kind, skip, flows: dict) -> None:
-        """Add each matching launch row's flow ids to ``flows`` (row -> (ids, terminating))."""
+        """Add each matching launch row's flow ids to ``flows`` (row -> (ids, terminating)):
+        the rows of a batch whose (start, tid) a launch names, found by one searchsorted
+        over all of them (launches sorted by time, then tid)."""
         if not len(self.ts):
             return
-        cand = np.flatnonzero((kind == Kind.CUDA) & ~skip & np.isin(start, self.ts))
-        for r in cand.tolist():
-            lo = np.searchsorted(self.ts, start[r], "left")
-            hi = np.searchsorted(self.ts, start[r], "right")
-            for k in range(lo, hi):
-                if self.tid[k] == tid[r]:
-                    i = int(self.row[k])
-                    self.matched[i] = True
-                    flows.setdefault(int(r), ([], []))[0].append(flow_id(i))
+        cand = np.flatnonzero((kind == Kind.CUDA) & ~skip)
+        s = start[cand]
+        lo = np.searchsorted(self.ts, s, "left")
+        n = np.searchsorted(self.ts, s, "right") - lo
+        hit = n > 0
+        cand, lo, n = cand[hit], lo[hit], n[hit]
+        which = np.repeat(np.arange(len(cand)), n)           # every launch of that start
+        k = lo[which] + np.arange(len(which)) - np.repeat(np.cumsum(n) - n, n)
+        ok = self.tid[k] == tid[cand[which]]
+        rows, i = cand[which[ok]], self.row[k[ok]]
+        self.matched[i] = True
+        for r, f in zip(rows.tolist(), flow_ids(i)):
+            flows.setdefault(r, ([], []))[0].append(f)
+
+
+@dataclasses.dataclass
+class GpuBatch(Batch):
+    """A batch of GPU slices: ``end_flows``, the flow each row terminates (0: none), one
+    uint64 column that PerfettoWriter.encode writes with numpy (flows holds the rest)."""
+
+    end_flows: np.ndarray = None
 
 
 def _dims_str(packed) -> str:
     x, y, z = (int(v[0]) for v in unpack_dims(np.array([packed], dtype=np.uint64)))
     return f"{x}x{y}x{z}"
+
+
+def layout(model, r) -> tuple:
+    """(start, end, order by start, track idx) of GPU activity rows ``r``: each on its
+    (GPU, process, stream) track, or the overflow lane of it where it would overlap one
+    already there (a slice ends where the next starts, give or take the mapping)."""
+    tr = model.tracks
+    gpu = np.where(r["gpu"] >= 0, r["gpu"], r["device"]).astype(np.int64)
+    uniq, inv = row_keys(gpu, r["pid"], r["stream"])
+    lut = np.array([tr.gpu_stream(g, p, s).idx for g, p, s in uniq], dtype=np.int64)
+    base = lut[inv]
+    start = r["t_ns"].astype(np.int64)
+    end = np.maximum(r["end_ns"].astype(np.int64), start)
+    order = np.argsort(start, kind="stable")
+    return start, end, order, model.lanes.assign(base, start, end, order)
 
 
 def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BATCH_ROWS) -> int:
@@ -62,18 +100,9 @@ def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BAT
     if not len(r):
         return 0
     model = w.model
-    tr = model.tracks
-    gpu = np.where(r["gpu"] >= 0, r["gpu"], r["device"]).astype(np.int64)
-    keys = np.stack([gpu, r["pid"].astype(np.int64), r["stream"].astype(np.int64)], axis=1)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    lut = np.array([tr.gpu_stream(int(g), int(p), int(s)).idx for g, p, s in uniq.tolist()],
-                   dtype=np.int64)
-    base = lut[inv.reshape(-1)]
-    start = r["t_ns"].astype(np.int64)
-    end = np.maximum(r["end_ns"].astype(np.int64), start)
-    order = np.argsort(start, kind="stable")
-    track = model.lanes.assign(base, start, end, order)
-    sid = model.strings.ids_of(_names(acts, r))
+    start, end, order, track = layout(model, r)
+    texts, ni = activity_names(acts, r)
+    sid = model.strings.ids_of(texts)[ni]
     kernel = r["kind"] == GpuKind.KERNEL
     memset = r["kind"] == GpuKind.MEMSET
     raw = r["raw"]
@@ -97,30 +126,17 @@ def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BAT
         sl.put(5, j, "correlation", V_UINT, r["corr"][rows])
         launched = r["launch_src"][rows] != 0
         sl.put(6, j[launched], "tid", V_UINT, r["launch_tid"][rows][launched])
-        fl = {}
+        ends = np.zeros(n, dtype=np.uint64)
         if flows is not None:
-            for i in np.flatnonzero(flows.matched[rows]).tolist():
-                fl[i] = ([], [flow_id(int(rows[i]))])
-        b = Batch(n=n, start=start[rows], end=end[rows], slice=np.ones(n, dtype=bool),
-                  track=track[rows], cat=np.full(n, CAT["gpu"], dtype=np.int64),
-                  name=sid[rows], slots=sl, kind=r["kind"][rows].astype(np.int64),
-                  tid=r["launch_tid"][rows], flows=fl)
+            m = flows.matched[rows]
+            ends[m] = np.uint64(FLOW_BASE) | (rows[m].astype(np.uint64) + np.uint64(1))
+        b = GpuBatch(n=n, start=start[rows], end=end[rows], slice=np.ones(n, dtype=bool),
+                     track=track[rows], cat=np.full(n, CAT["gpu"], dtype=np.int64),
+                     name=sid[rows], slots=sl, kind=r["kind"][rows].astype(np.int64),
+                     tid=r["launch_tid"][rows], flows={}, end_flows=ends)
         ctx = w.prepare(b)
         blob = w.encode(b, ctx)
         w.f.write(blob)
         w.bytes += len(blob)
         w.count(b)
     return len(r)
-
-
-def _names(acts, r) -> list:
-    """acts.name() per row, computed once per distinct (kind, pid, name, copy kind)."""
-    key = np.stack([r["kind"].astype(np.int64), r["pid"].astype(np.int64),
-                    r["name"].astype(np.int64), (r["aux"] & 0xFF).astype(np.int64)], axis=1)
-    uniq, inv = np.unique(key, axis=0, return_inverse=True)
-    proto = np.zeros(1, dtype=r.dtype)
-    out = []
-    for k, p, n, a in uniq.tolist():
-        proto["kind"], proto["pid"], proto["name"], proto["aux"] = k, p, n, a
-        out.append(acts.name(proto[0]))
-    return [out[j] for j in inv.reshape(-1).tolist()]

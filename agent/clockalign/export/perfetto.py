@@ -68,6 +68,21 @@ _VTAGS = vb.ByteTable([A_VALUE.get(i, A_VALUE[V_UINT]) for i in range(max(A_VALU
 _TYPES = vb.ByteTable([TYPE_B, TYPE_I])
 
 
+E_FLOW = tag(TrackEvent, "flow_ids")
+E_FLOW_END = tag(TrackEvent, "terminating_flow_ids")
+
+
+def _flow_fields(ids, terminating) -> bytes:
+    """TrackEvent(flow_ids=ids, terminating_flow_ids=terminating) serialized, by its field
+    keys (a message object a row made the flows of a big batch cost seconds)."""
+    return b"".join([E_FLOW + f.to_bytes(8, "little") for f in ids]
+                    + [E_FLOW_END + f.to_bytes(8, "little") for f in terminating])
+
+
+assert _flow_fields([1, 1 << 63], [2]) == TrackEvent(
+    flow_ids=[1, 1 << 63], terminating_flow_ids=[2]).SerializeToString()
+
+
 def _msg(tag_bytes: bytes, parts: list, rows: int) -> list:
     """A length-delimited field whose body is ``parts``."""
     n = vb.total(parts, rows)
@@ -188,12 +203,13 @@ class PerfettoWriter:
             te += _keep(_msg(E_ANN, inner, n), present)
         if b.flows:
             rows = sorted(b.flows)
-            extra = [b""] + [TrackEvent(flow_ids=b.flows[r][0],
-                                        terminating_flow_ids=b.flows[r][1]).SerializeToString()
-                             for r in rows]
+            extra = [b""] + [_flow_fields(*b.flows[r]) for r in rows]
             idx = np.zeros(n, dtype=np.int64)
             idx[rows] = np.arange(1, len(rows) + 1)
             te.append(vb.ByteTable(extra).take(idx))
+        ends = getattr(b, "end_flows", None)       # gpu_tracks.GpuBatch
+        if ends is not None and ends.any():
+            te += _keep([vb.const(E_FLOW_END), vb.fixed64(ends)], ends != 0)
         seq_part = [vb.const(P_TAIL_SEQ), vb.varint(seq), vb.const(P_FLAGS_NEEDS)]
         begin = _msg(T_PACKET, [vb.const(P_TS), vb.varint(b.start)] + _msg(P_TE, te, n)
                      + seq_part, n)

@@ -78,22 +78,21 @@ def _uuid_text(lo: int, hi: int) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _domains(recs, clock_info, models, notes, devices=()) -> dict:
-    """(pid, device) -> clock domain name, by UUID; else the recorder's device of that CUDA
-    ordinal (``devices``, the run's table: the target's ordinals are its own, so this holds
-    only where both saw the same CUDA_VISIBLE_DEVICES, and a note says so), or the only
-    probed GPU."""
+def _domains(dev, pairs, clock_info, models, notes, devices=()) -> dict:
+    """(pid, device) -> clock domain name, by UUID (``dev``: the DEVICE records); else the
+    recorder's device of that CUDA ordinal (``devices``, the run's table: the target's
+    ordinals are its own, so this holds only where both saw the same CUDA_VISIBLE_DEVICES,
+    and a note says so), or the only probed GPU.  ``pairs``: the (pid, device) pairs the
+    activity records name."""
     by_uuid = {str(r.get("uuid")).lower(): r["domain"] for r in clock_info
                if isinstance(r, dict) and r.get("uuid") and r.get("domain")}
     out = {}
-    dev = recs[recs["kind"] == GpuKind.DEVICE]
     for r in dev:
         key = (int(r["pid"]), int(r["device"]))
         if int(r["aux"]):
             out[key] = by_uuid.get(_uuid_text(r["grid"], r["block"]).lower())
-    acts = recs[np.isin(recs["kind"], ACTIVITY_KINDS)]
     gpus = sorted(d for d in models if d.startswith("GPU"))
-    for p, d in {(int(p), int(d)) for p, d in zip(acts["pid"], acts["device"])}:
+    for p, d in sorted(pairs):
         if out.get((p, d)):
             continue
         same = [x.name for x in devices if x.cuda_ordinal == d and x.name in models]
@@ -166,34 +165,72 @@ def _join_bpf(tids, t0, t1, cuda):
     return out
 
 
+# What load() keeps of a CUPTI callback record (kind API): 32 bytes instead of 80.
+API_DTYPE = np.dtype([("pid", "<u4"), ("corr", "<u4"), ("tid", "<u4"), ("aux", "<u4"),
+                      ("start", "<u8"), ("end", "<u8")])
+_COPIED = ("kind", "pid", "device", "stream", "name", "corr", "grid", "block", "aux", "shmem")
+_OTHER_KINDS = (GpuKind.DEVICE, GpuKind.CLOCK, GpuKind.DROPPED, GpuKind.INFO)
+
+
+def _decode(reader):
+    """The run's GPU records in three sets: activity as ACTIVITY_DTYPE rows (times still
+    unmapped), callbacks as API_DTYPE, and the few others as GPU_REC_DTYPE, read one chunk
+    at a time straight into their arrays.  Those are sized by the chunks' row counts and
+    made with np.zeros, whose pages the kernel maps only when written: the share of them
+    the other kind fills stays untouched, so no full copy of the records is ever held."""
+    from ..store.schema import GPU_REC_DTYPE
+    total = reader.count_rows(Chunk.GPU_ACTIVITY)
+    rows = np.zeros(total, dtype=ACTIVITY_DTYPE)
+    api = np.zeros(total, dtype=API_DTYPE)
+    other, na, nb = [], 0, 0
+    for p in reader.iter_columns(Chunk.GPU_ACTIVITY):
+        kind = p["kind"]
+        a = np.flatnonzero(np.isin(kind, ACTIVITY_KINDS))
+        dst = rows[na:na + len(a)]
+        for f in _COPIED:
+            dst[f] = p[f][a]
+        dst["bytes"] = np.where(kind[a] == GpuKind.KERNEL, 0, p["value"][a])
+        dst["gpu_start"], dst["gpu_end"] = p["start"][a], p["end"][a]
+        dst["raw"] = (p["flags"][a] & GPU_FLAG_RAW) != 0
+        na += len(a)
+        c = np.flatnonzero(kind == GpuKind.API)
+        dst = api[nb:nb + len(c)]
+        for f in API_DTYPE.names:
+            dst[f] = p[f][c]
+        nb += len(c)
+        o = np.flatnonzero(np.isin(kind, _OTHER_KINDS))
+        if len(o):
+            rec = np.zeros(len(o), dtype=GPU_REC_DTYPE)
+            for f in GPU_REC_DTYPE.names:
+                rec[f] = p[f][o]
+            other.append(rec)
+        del p
+    other = np.concatenate(other) if other else np.zeros(0, dtype=GPU_REC_DTYPE)
+    return rows[:na], api[:nb], other
+
+
+def _take(rows, idx):
+    """rows[idx] into the first len(idx) rows of ``rows`` itself, a field at a time (one
+    column's copy at a time instead of the whole table's)."""
+    for f in rows.dtype.names:
+        rows[f][:len(idx)] = rows[f][idx]
+    return rows[:len(idx)]
+
+
 def load(tl) -> GpuActivity:
     """Every GPU activity record of ``tl``'s run, mapped and joined (see module doc)."""
     reader = tl.reader
-    parts = list(reader.iter_columns(Chunk.GPU_ACTIVITY))
     notes, stats = [], {}
     names = {(int(r["pid"]), int(r["space"]), int(r["id"])): str(r["name"])
              for r in reader.rows(Chunk.GPU_NAMES) if isinstance(r, dict)}
-    if not parts:
+    if Chunk.GPU_ACTIVITY not in reader.chunk_types():
         return GpuActivity(np.zeros(0, ACTIVITY_DTYPE), names, stats, notes, {})
-    from ..store.schema import GPU_REC_DTYPE
-    recs = np.zeros(sum(len(p["kind"]) for p in parts), dtype=GPU_REC_DTYPE)
-    at = 0
-    for p in parts:
-        n = len(p["kind"])
-        for f in GPU_REC_DTYPE.names:
-            recs[f][at:at + n] = p[f]
-        at += n
-    acts = recs[np.isin(recs["kind"], ACTIVITY_KINDS)]
-    api = recs[recs["kind"] == GpuKind.API]
+    rows, api, other = _decode(reader)
     models = tl.models
-    domains = _domains(recs, reader.rows(Chunk.CLOCK_INFO), models, notes, tl.devices)
-    rows = np.zeros(len(acts), dtype=ACTIVITY_DTYPE)
-    for f in ("kind", "pid", "device", "stream", "name", "corr", "grid", "block", "aux",
-              "shmem"):
-        rows[f] = acts[f]
-    rows["bytes"] = np.where(acts["kind"] == GpuKind.KERNEL, 0, acts["value"])
-    rows["gpu_start"], rows["gpu_end"] = acts["start"], acts["end"]
-    rows["raw"] = (acts["flags"] & GPU_FLAG_RAW) != 0
+    pd = np.unique((rows["pid"].astype(np.int64) << 32) | rows["device"].astype(np.int64))
+    domains = _domains(other[other["kind"] == GpuKind.DEVICE],
+                       {(v >> 32, v & 0xFFFFFFFF) for v in pd.tolist()},
+                       reader.rows(Chunk.CLOCK_INFO), models, notes, tl.devices)
     rows["gpu"] = -1
     rows["t_ns"] = rows["end_ns"] = -1
     rows["unc_ns"] = rows["end_unc_ns"] = -1
@@ -214,7 +251,7 @@ def load(tl) -> GpuActivity:
         keep |= m
     conv = ~rows["raw"]
     if conv.any():
-        clocks = recs[recs["kind"] == GpuKind.CLOCK]
+        clocks = other[other["kind"] == GpuKind.CLOCK]
         for col, gcol in (("t_ns", "gpu_start"), ("end_ns", "gpu_end")):
             rows[col][conv] = _map_converted(rows[gcol][conv], rows["pid"][conv], clocks)
         ok = conv & (rows["t_ns"] >= 0)
@@ -228,7 +265,9 @@ def load(tl) -> GpuActivity:
     if stats.get("unmapped"):
         notes.append(f"{stats['unmapped']} GPU activity records of a GPU with no clock "
                      "samples could not be mapped and are left out")
-    rows = rows[keep]
+    kept = np.flatnonzero(keep)
+    rows = _take(rows, kept[np.argsort(rows["t_ns"][kept], kind="stable")])
+    del keep, kept
     # the launching call: CUPTI callback (pid, corr), then the BPF call that holds it
     stats["activity"] = int(len(rows))
     ai = _join_api(rows, api, stats)
@@ -253,13 +292,12 @@ def load(tl) -> GpuActivity:
                      "launch time is CUPTI's callback stamp")
     for k, name in KIND_NAMES.items():
         stats[name] = int((rows["kind"] == k).sum())
-    dropped = recs["kind"] == GpuKind.DROPPED
-    stats["cupti_dropped"] = int(recs["value"][dropped].sum())
+    dropped = other["kind"] == GpuKind.DROPPED
+    stats["cupti_dropped"] = int(other["value"][dropped].sum())
     if stats["cupti_dropped"]:
         notes.append(f"CUPTI dropped {stats['cupti_dropped']} activity records (full buffers)")
-    info = recs[recs["kind"] == GpuKind.INFO]
+    info = other[other["kind"] == GpuKind.INFO]
     stats["processes"] = sorted(set(info["pid"].tolist()))
-    rows = rows[np.argsort(rows["t_ns"], kind="stable")]
     return GpuActivity(rows, names, stats, notes, domains)
 
 
@@ -268,14 +306,16 @@ CALL_DTYPE = np.dtype([("t_ns", "<i8"), ("dur_ns", "<i8"), ("tid", "<u4"), ("cod
 
 def cuda_calls(tl) -> np.ndarray:
     """The run's CUDA calls, only the fields the join needs (CALL_DTYPE, 22 bytes a call
-    instead of a whole event's 136)."""
-    parts = []
+    instead of a whole event's 136), filled a chunk at a time into one array sized by the
+    chunks' row counts (np.zeros: the pages left unfilled are never mapped)."""
+    out = np.zeros(tl.reader.count_rows(Chunk.EVENTS), dtype=CALL_DTYPE)
+    at = 0
     for ev in tl.iter_events(kinds=[Kind.CUDA]):
-        c = np.empty(len(ev), dtype=CALL_DTYPE)
+        dst = out[at:at + len(ev)]
         for f in CALL_DTYPE.names:
-            c[f] = ev[f]
-        parts.append(c)
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=CALL_DTYPE)
+            dst[f] = ev[f]
+        at += len(ev)
+    return out[:at]
 
 
 def waiting_syncs(rows, cuda, sync_fns) -> np.ndarray:
@@ -296,36 +336,74 @@ def waiting_syncs(rows, cuda, sync_fns) -> np.ndarray:
     return out
 
 
-def activity_dicts(acts: GpuActivity):
-    """dump's lines for GPU activity: kind gpu_kernel / gpu_copy / gpu_memset."""
+def row_keys(*cols) -> tuple:
+    """(the distinct tuples of the integer columns ``cols``, as a list; index of each row's
+    tuple in it), as np.unique(np.stack(cols, 1), axis=0) gives, but a column at a time on
+    int64 keys (unique over rows of a 2-D array is many times slower)."""
+    inv = np.zeros(len(cols[0]), dtype=np.int64)
+    for c in cols:
+        u, i = np.unique(np.asarray(c).astype(np.int64), return_inverse=True)
+        u, inv = np.unique(inv * len(u) + i.reshape(-1), return_inverse=True)
+    inv = inv.reshape(-1)
+    first = np.zeros(len(u), dtype=np.int64)
+    first[inv] = np.arange(len(inv))         # a row of each tuple (any: they agree)
+    return [tuple(int(np.asarray(c)[j]) for c in cols) for j in first.tolist()], inv
+
+
+def activity_names(acts: GpuActivity, r) -> tuple:
+    """(names, index per row): acts.name() computed once per distinct (kind, pid, name,
+    copy kind) of rows ``r``, not once per row."""
+    uniq, inv = row_keys(r["kind"], r["pid"], r["name"], r["aux"] & 0xFF)
+    proto = np.zeros(1, dtype=r.dtype)
+    out = []
+    for k, p, n, a in uniq:
+        proto["kind"], proto["pid"], proto["name"], proto["aux"] = k, p, n, a
+        out.append(acts.name(proto[0]))
+    return out, inv
+
+
+def activity_dicts(acts: GpuActivity, block: int = 1 << 16):
+    """dump's lines for GPU activity: kind gpu_kernel / gpu_copy / gpu_memset (a block of
+    rows at a time, as Python lists: no numpy scalar per field)."""
     from ..store.schema import unpack_dims
-    r = acts.rows
-    if not len(r):
-        return
-    gx, gy, gz = unpack_dims(r["grid"])
-    bx, by, bz = unpack_dims(r["block"])
-    for i in range(len(r)):
-        e = r[i]
-        k = int(e["kind"])
-        raw = bool(e["raw"])
-        d = {"kind": KIND_NAMES[k], "t_ns": int(e["t_ns"]), "end_ns": int(e["end_ns"]),
-             "unc_ns": int(e["unc_ns"]) if raw else None,
-             "end_unc_ns": int(e["end_unc_ns"]) if raw else None,
-             "timestamps": "raw" if raw else "converted",
-             "pid": int(e["pid"]), "device": int(e["device"]),
-             "gpu": int(e["gpu"]) if e["gpu"] >= 0 else None, "stream": int(e["stream"]),
-             "name": acts.name(e), "correlation": int(e["corr"])}
-        if k == GpuKind.KERNEL:
-            d["grid"] = [int(gx[i]), int(gy[i]), int(gz[i])]
-            d["block"] = [int(bx[i]), int(by[i]), int(bz[i])]
-            d["shared_mem"] = int(e["shmem"])
-        else:
-            d["bytes"] = int(e["bytes"])
-            if k == GpuKind.MEMSET:
-                d["value"] = int(e["aux"])
-        src = int(e["launch_src"])
-        d["launch"] = None if src == LAUNCH_NONE else {
-            "tid": int(e["launch_tid"]), "t_ns": int(e["launch_t_ns"]),
-            "end_ns": int(e["launch_end_ns"]), "fn": acts.launch_function(e),
-            "source": "bpf" if src == LAUNCH_BPF else "cupti callback"}
-        yield d
+    for a in range(0, len(acts.rows), block):
+        r = acts.rows[a:a + block]
+        names, ni = activity_names(acts, r)
+        fns = {}
+        c = {f: r[f].tolist() for f in ("kind", "raw", "t_ns", "end_ns", "unc_ns", "end_unc_ns",
+                                        "pid", "device", "gpu", "stream", "corr", "shmem",
+                                        "bytes", "aux", "launch_src", "launch_tid",
+                                        "launch_t_ns", "launch_end_ns", "launch_fn")}
+        grid = np.stack(unpack_dims(r["grid"]), axis=1).tolist()
+        blk = np.stack(unpack_dims(r["block"]), axis=1).tolist()
+        ni = ni.tolist()
+        for i in range(len(r)):
+            k, raw = c["kind"][i], c["raw"][i]
+            gpu = c["gpu"][i]
+            d = {"kind": KIND_NAMES[k], "t_ns": c["t_ns"][i], "end_ns": c["end_ns"][i],
+                 "unc_ns": c["unc_ns"][i] if raw else None,
+                 "end_unc_ns": c["end_unc_ns"][i] if raw else None,
+                 "timestamps": "raw" if raw else "converted",
+                 "pid": c["pid"][i], "device": c["device"][i],
+                 "gpu": gpu if gpu >= 0 else None, "stream": c["stream"][i],
+                 "name": names[ni[i]], "correlation": c["corr"][i]}
+            if k == GpuKind.KERNEL:
+                d["grid"] = grid[i]
+                d["block"] = blk[i]
+                d["shared_mem"] = c["shmem"][i]
+            else:
+                d["bytes"] = c["bytes"][i]
+                if k == GpuKind.MEMSET:
+                    d["value"] = c["aux"][i]
+            src = c["launch_src"][i]
+            if src == LAUNCH_NONE:
+                d["launch"] = None
+            else:
+                key = (c["pid"][i], c["launch_fn"][i])
+                fn = fns.get(key)
+                if fn is None:
+                    fn = fns[key] = acts.names.get((key[0], GPU_NAME_API, key[1]), "")
+                d["launch"] = {"tid": c["launch_tid"][i], "t_ns": c["launch_t_ns"][i],
+                               "end_ns": c["launch_end_ns"][i], "fn": fn,
+                               "source": "bpf" if src == LAUNCH_BPF else "cupti callback"}
+            yield d

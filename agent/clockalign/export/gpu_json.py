@@ -1,0 +1,179 @@
+"""GPU activity (record --gpu-activity) in the Chrome JSON trace.
+
+Each GPU's pseudo-process holds one thread per (process, CUDA stream), named as in the
+Perfetto export ("GPU0 stream 13 (pid 4242)"; its overflow lanes are threads of their
+own), with each kernel, copy and memset as a complete event ("X", cat "gpu") on MONOTONIC.
+Its args are dump's fields of that execution: unc_ns/end_unc_ns (null for CUPTI's converted
+timestamps, which carry no bound: "timestamps":"converted"), pid, device, gpu, stream,
+correlation, grid/block/shared_mem or bytes (value for memsets), and the launching call.
+A flow ("s" on the launch call's slice, "f" bound to the execution's enclosing slice,
+cat "gpu", name "launch") joins each execution to the BPF-probed call that launched it;
+ids are ``JSON_FLOW_BASE`` + row + 1 (below 2^53: JavaScript reads them exactly).
+
+    flows = LaunchFlows(acts); model.gpu_flows = flows     # launch ends while streaming
+    ... stream(model, writer) ...                          # JsonWriter.encode: the "s"
+    write_gpu_json(writer, acts, flows)                    # the "X" and "f" records
+"""
+import numpy as np
+
+from ..store.schema import GpuKind, unpack_dims
+from ..timeline.gpu_activity import KIND_NAMES, LAUNCH_BPF, LAUNCH_NONE, activity_names
+from . import jsontext as jt
+from .chrome_json import SEP, _Row, _Texts, _gather, _interleave, _js
+from .gpu_tracks import flow_row, layout
+from .rows import BATCH_ROWS
+
+JSON_FLOW_BASE = 1 << 40
+_FLOW = b'"cat":"gpu","name":"launch","id":'
+
+
+def _num(row: _Row, values, signed: bool = False):
+    """An integer column: constant text where all rows agree, else a hole."""
+    v = np.asarray(values, dtype=np.int64)
+    lo, hi = int(v.min()), int(v.max())
+    if lo == hi:
+        row.const(b"%d" % lo)
+    elif signed or lo < 0:
+        row.hole(jt.decimal_digits(max(abs(lo), abs(hi))) + 1, jt.put_signed, v)
+    else:
+        row.hole(jt.decimal_digits(hi), jt.put_decimal, v)
+
+
+def _text(row: _Row, texts: _Texts, ids):
+    ids = np.asarray(ids, dtype=np.intp)
+    if ids.min() == ids.max():
+        row.const(texts.items[int(ids[0])])
+    else:
+        row.hole(int(texts.n[ids].max()), _gather, texts.b, ids)
+
+
+def _micros(row: _Row, ns):
+    row.hole(jt.micros_width(ns), jt.put_micros, ns)
+
+
+def flow_starts(b, tracks) -> bytes:
+    """The "s" records of the GPU flows that start on batch ``b``'s rows (the launch calls;
+    ``tracks``: JsonWriter's track texts snapshot)."""
+    pairs = [(r, flow_row(f)) for r, (ids, _) in sorted(b.flows.items()) for f in ids
+             if flow_row(f) >= 0]
+    if not pairs:
+        return b""
+    at = np.array([p[0] for p in pairs], dtype=np.intp)
+    ids = np.array([p[1] for p in pairs], dtype=np.int64) + JSON_FLOW_BASE + 1
+    row = _Row(SEP + b'{"ph":"s",' + _FLOW)
+    _num(row, ids)
+    row.const(b",")
+    tr = b.track[at]
+    row.hole(int(tracks[2][tr].max()), _gather, tracks[1], tr)
+    row.const(b',"ts":')
+    _micros(row, b.start[at])
+    row.const(b"}")
+    return row.build(len(at)).tobytes()
+
+
+def _shape_text(r, rows, start, end, track, texts, name_ix, fn_ix, tracks) -> np.ndarray:
+    """The "X" records of rows ``rows`` of one shape (kind, raw, gpu known, launch source,
+    name)."""
+    e = r[rows]
+    k, raw = int(e["kind"][0]), bool(e["raw"][0])
+    row = _Row(SEP + b'{"ph":"X","cat":"gpu","name":')
+    _text(row, texts, name_ix[rows])
+    row.const(b",")
+    tr = track[rows]
+    row.hole(int(tracks[2][tr].max()), _gather, tracks[1], tr)
+    row.const(b',"ts":')
+    _micros(row, start[rows])
+    row.const(b',"dur":')
+    _micros(row, end[rows] - start[rows])
+    row.const(b',"args":{"unc_ns":')
+    if raw:
+        _num(row, e["unc_ns"])
+        row.const(b',"end_unc_ns":')
+        _num(row, e["end_unc_ns"])
+        row.const(b',"timestamps":"raw","pid":')
+    else:
+        row.const(b'null,"end_unc_ns":null,"timestamps":"converted","pid":')
+    for key, col in (("pid", None), ("device", b',"device":'), ("gpu", b',"gpu":'),
+                     ("stream", b',"stream":'), ("corr", b',"correlation":')):
+        if col is not None:
+            row.const(col)
+        if key == "gpu" and e["gpu"][0] < 0:
+            row.const(b"null")
+        else:
+            _num(row, e[key])
+    if k == GpuKind.KERNEL:
+        for key in ("grid", "block"):
+            row.const(b',"%s":[' % key.encode())
+            for j, dim in enumerate(unpack_dims(e[key])):
+                row.const(b"," if j else b"")
+                _num(row, dim.astype(np.int64))
+            row.const(b"]")
+        row.const(b',"shared_mem":')
+        _num(row, e["shmem"])
+    else:
+        row.const(b',"bytes":')
+        _num(row, e["bytes"])
+        if k == GpuKind.MEMSET:
+            row.const(b',"value":')
+            _num(row, e["aux"])
+    src = int(e["launch_src"][0])
+    if src == LAUNCH_NONE:
+        row.const(b',"launch":null}}')
+    else:
+        row.const(b',"launch":{"tid":')
+        _num(row, e["launch_tid"])
+        row.const(b',"t_ns":')
+        _num(row, e["launch_t_ns"], signed=True)
+        row.const(b',"end_ns":')
+        _num(row, e["launch_end_ns"], signed=True)
+        row.const(b',"fn":')
+        _text(row, texts, fn_ix[rows])
+        row.const(b',"source":"bpf"}}}' if src == LAUNCH_BPF else
+                  b',"source":"cupti callback"}}}')
+    return row.build(len(rows))
+
+
+def _flow_ends(rows, start, track, tracks) -> bytes:
+    row = _Row(SEP + b'{"ph":"f","bp":"e",' + _FLOW)
+    _num(row, rows.astype(np.int64) + JSON_FLOW_BASE + 1)
+    row.const(b",")
+    tr = track[rows]
+    row.hole(int(tracks[2][tr].max()), _gather, tracks[1], tr)
+    row.const(b',"ts":')
+    _micros(row, start[rows])
+    row.const(b"}")
+    return row.build(len(rows)).tobytes()
+
+
+def write_gpu_json(w, acts, flows=None, batch_rows: int = BATCH_ROWS) -> int:
+    """The GPU executions of ``acts`` (and the ends of their launch flows) into JsonWriter
+    ``w``; returns how many were written."""
+    r = acts.rows
+    if not len(r):
+        return 0
+    start, end, order, track = layout(w.model, r)
+    tracks = w.track_texts()
+    texts = _Texts()
+    names, name_ix = activity_names(acts, r)
+    fkey = (r["pid"].astype(np.int64) << 32) | r["launch_fn"].astype(np.int64)
+    fu, fn_ix = np.unique(fkey, return_inverse=True)
+    texts.extend([_js(s) for s in names] + [_js(acts.launch_function(
+        {"pid": k >> 32, "launch_fn": k & 0xFFFFFFFF})) for k in fu.tolist()])
+    fn_ix = fn_ix.reshape(-1) + len(names)
+    shape = ((r["kind"].astype(np.int64) << 8) | (r["raw"].astype(np.int64) << 4)
+             | ((r["gpu"] >= 0).astype(np.int64) << 3) | r["launch_src"].astype(np.int64))
+    shape = shape * len(names) + name_ix   # the name is constant text of a shape: no row is
+    # padded to the longest kernel name of its batch
+    matched = flows.matched if flows is not None else np.zeros(len(r), dtype=bool)
+    for a in range(0, len(r), batch_rows):
+        rows = order[a:a + batch_rows]
+        uniq, inv = np.unique(shape[rows], return_inverse=True)
+        inv = inv.reshape(-1)
+        parts = [(at, _shape_text(r, rows[at], start, end, track, texts, name_ix, fn_ix,
+                                  tracks))
+                 for at in (np.flatnonzero(inv == j) for j in range(len(uniq)))]
+        w.raw(_interleave(len(rows), parts), len(rows))
+        m = rows[matched[rows]]
+        if len(m):
+            w.raw(_flow_ends(m, start, track, tracks), len(m))
+    return len(r)
