@@ -101,3 +101,29 @@ def test_info_shows_sampler_and_clock_probe_health(capsys):
     assert "counters  nvml: 202 samples every 0.02 s, 17 missed sampling deadlines" in out
     assert "gpu clock GPU0: 4 bursts by ping-pong, 0 failures" in out
     assert "events    cuda 38, connect 4, sched 217, xid 1" in out
+
+
+def test_info_names_the_clock_probes_host_loop_and_answer(tmp_path):
+    """A run recorded with the one-word ping-pong answer says so on its gpu clock line."""
+    from clockalign.report.run_info import info_lines
+    from clockalign.store.reader import RunReader
+    from clockalign.store.schema import Chunk
+    from clockalign.store.writer import RunWriter
+    src = RunReader(os.path.join(DATA, "faults.ca"))
+    dst = tmp_path / "answer.ca"
+    w = RunWriter(dst, src.meta)
+    for ctype, payload in src.iter_chunks():
+        if ctype == Chunk.TRAILER:
+            continue
+        if "rows" in payload:
+            rows = payload["rows"]
+            if ctype == Chunk.CLOCK_INFO:
+                rows = [dict(r, host_loop="native", pingpong_answer="one word")
+                        if str(r.get("domain", "")).startswith("GPU") else r for r in rows]
+            w.write_rows(ctype, rows)
+        else:
+            w.write_columns(ctype, src.decode_payload(payload))
+    w.close({k: v for k, v in src.trailer.items() if k != "chunks"})
+    lines = info_lines(RunReader(dst), str(dst))
+    assert "gpu clock GPU0: 4 bursts by ping-pong (C host loop, one-word answer), 0 failures" \
+        in lines

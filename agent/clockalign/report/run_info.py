@@ -75,14 +75,32 @@ def info_lines(r, file) -> list:
                        f"sampling deadlines, {c.get('errors', 0)} errors")
         k = _map(helpers.get("clocks"))
         if k and "bursts" in k:
+            how = _probe_how(r)
             for dom, n in _map(k.get("bursts")).items():
-                out.append(f"gpu clock {dom}: {n} bursts by {_map(k.get('method')).get(dom)}, "
-                           f"{_map(k.get('failures')).get(dom, 0)} failures")
+                out.append(f"gpu clock {dom}: {n} bursts by {_map(k.get('method')).get(dom)}"
+                           f"{how.get(dom, '')}, {_map(k.get('failures')).get(dom, 0)} failures")
         if r.trailer.get("child_exit"):
             out.append(f"command   {r.trailer['child_exit']}")
     for n in _maps(r.rows(Chunk.NOTICES)):
         out.append(f"notice    [{n.get('level')}] {n.get('text')}")
     return out
+
+
+def _probe_how(r) -> dict:
+    """{GPU domain: " (C host loop, one-word answer)"} from the clock probe's CLOCK_INFO rows
+    (runs recorded before the answer was chosen say only the loop, older ones nothing)."""
+    how = {}
+    for row in _maps(r.rows(Chunk.CLOCK_INFO)):
+        dom = str(row.get("domain", ""))
+        if not dom.startswith("GPU"):
+            continue
+        parts = [{"native": "C host loop", "python": "Python host loop"}.get(row.get("host_loop"))]
+        if row.get("pingpong_answer"):
+            parts.append(f"{str(row['pingpong_answer']).replace(' ', '-')} answer")
+        parts = [p for p in parts if p]
+        if parts:
+            how[dom] = " (" + ", ".join(parts) + ")"
+    return how
 
 
 def _map(v) -> dict:
