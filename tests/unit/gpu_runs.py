@@ -34,6 +34,25 @@ def gpu_time(mono):
     return m + GPU_OFF + (m - MONO0) * SKEW_PPM // 1_000_000
 
 
+def _meta(host, script):
+    return {"tool": "clockalign", "host": host, "clocks": {"MONOTONIC": MONO0},
+            "targets": [{"pid": PID, "cmdline": ["python3", script]}], "mode": "spawn"}
+
+
+def _write_head(w, t_end, rng):
+    """The GPU's clock info, the launcher thread, and GPU clock sandwiches up to t_end: a
+    burst of 16 pings every 50 ms, read 900 +- 200 ns into a 1.8 us trip."""
+    w.write_rows(Chunk.CLOCK_INFO, [{"domain": "GPU0", "ordinal": 0, "tick_ns": 32,
+                                     "uuid": UUID_TEXT, "method": "ping-pong"}])
+    w.write_rows(Chunk.THREADS, [{"pid": PID, "tid": TID, "comm": "launcher", "t_ns": MONO0}])
+    h = np.arange(MONO0, t_end + 100_000_000, 50_000_000, dtype=np.int64)
+    t0 = (h[:, None] + np.arange(16)[None, :] * 3_000).ravel()
+    mid = t0 + 900 + rng.integers(-200, 200, len(t0))
+    w.write_columns(Chunk.GPU_CLOCK, {
+        "gpu": np.zeros(len(t0), np.uint8), "method": np.ones(len(t0), np.uint8),
+        "t0": t0, "remote": (gpu_time(mid) // 32) * 32, "t1": t0 + 1_800})
+
+
 def _rec(kind, **kw):
     r = np.zeros(1, dtype=GPU_REC_DTYPE)
     r["kind"] = kind
@@ -134,20 +153,8 @@ def make_gpu_run(path, rounds=40, per_round=4, through_wire=True):
         rec = np.concatenate(parts)
         names = got
         assert parser.bad_bytes == 0 and parser.leftover == 0
-    meta = {"tool": "clockalign", "host": "test", "clocks": {"MONOTONIC": MONO0},
-            "targets": [{"pid": PID, "cmdline": ["python3", "x.py"]}], "mode": "spawn"}
-    with RunWriter(path, meta) as w:
-        w.write_rows(Chunk.CLOCK_INFO, [{"domain": "GPU0", "ordinal": 0, "tick_ns": 32,
-                                         "uuid": UUID_TEXT, "method": "ping-pong"}])
-        w.write_rows(Chunk.THREADS, [{"pid": PID, "tid": TID, "comm": "launcher",
-                                      "t_ns": MONO0}])
-        # GPU clock: a burst of 16 pings every 50 ms, read 900 +- 200 ns into a 1.8 us trip
-        h = np.arange(MONO0, t + 100_000_000, 50_000_000, dtype=np.int64)
-        t0 = (h[:, None] + np.arange(16)[None, :] * 3_000).ravel()
-        mid = t0 + 900 + rng.integers(-200, 200, len(t0))
-        w.write_columns(Chunk.GPU_CLOCK, {
-            "gpu": np.zeros(len(t0), np.uint8), "method": np.ones(len(t0), np.uint8),
-            "t0": t0, "remote": (gpu_time(mid) // 32) * 32, "t1": t0 + 1_800})
+    with RunWriter(path, _meta("test", "x.py")) as w:
+        _write_head(w, t, rng)
         w.write_columns(Chunk.EVENTS, {n: ev[n] for n in EVENT_DTYPE.names})
         w.write_columns(Chunk.GPU_ACTIVITY, {n: rec[n] for n in GPU_REC_DTYPE.names})
         w.write_rows(Chunk.GPU_NAMES, [{"pid": p, "space": s, "id": i, "name": n}
@@ -201,19 +208,8 @@ def make_bulk_gpu_run(path, n: int, chunk: int = 65536, streams: int = 4, seed: 
         _rec(GpuKind.DEVICE, pid=PID, device=0, aux=1,
              grid=int.from_bytes(UUID[:8], "little"), block=int.from_bytes(UUID[8:], "little"))])
     t_end = int(t[-1]) + 100_000
-    meta = {"tool": "clockalign", "host": "bench", "clocks": {"MONOTONIC": MONO0},
-            "targets": [{"pid": PID, "cmdline": ["python3", "bench.py"]}], "mode": "spawn"}
-    with RunWriter(path, meta) as w:
-        w.write_rows(Chunk.CLOCK_INFO, [{"domain": "GPU0", "ordinal": 0, "tick_ns": 32,
-                                         "uuid": UUID_TEXT, "method": "ping-pong"}])
-        w.write_rows(Chunk.THREADS, [{"pid": PID, "tid": TID, "comm": "launcher",
-                                      "t_ns": MONO0}])
-        h = np.arange(MONO0, t_end + 100_000_000, 50_000_000, dtype=np.int64)
-        t0 = (h[:, None] + np.arange(16)[None, :] * 3_000).ravel()
-        mid = t0 + 900 + rng.integers(-200, 200, len(t0))
-        w.write_columns(Chunk.GPU_CLOCK, {
-            "gpu": np.zeros(len(t0), np.uint8), "method": np.ones(len(t0), np.uint8),
-            "t0": t0, "remote": (gpu_time(mid) // 32) * 32, "t1": t0 + 1_800})
+    with RunWriter(path, _meta("bench", "bench.py")) as w:
+        _write_head(w, t_end, rng)
         w.write_columns(Chunk.GPU_ACTIVITY, {f: head[f] for f in GPU_REC_DTYPE.names})
         half = chunk // 2
         for a in range(0, n, half):          # a chunk: callbacks and the activity they led to
