@@ -6,6 +6,7 @@ ends (Ctrl-C, SIGTERM, --duration, the targets' exit).
 
     summary = run_watch(RecordOptions(pids=[1234], output=None), "127.0.0.1:9464")
 """
+import ctypes
 import sys
 
 from ..capture.recorder import Recorder
@@ -13,8 +14,27 @@ from .aggregate import Aggregator
 from .metrics import build_registry, is_loopback, parse_listen, serve
 
 
+M_MMAP_THRESHOLD = -3          # glibc mallopt parameter
+MMAP_THRESHOLD_BYTES = 128 << 10
+
+
+def fix_mmap_threshold() -> bool:
+    """Keep glibc's mmap threshold at 128 KiB for this process (True if it could be set).
+
+    glibc raises the threshold after each large free, so once a backlog has been worked off
+    (the CPUs were busy elsewhere for a while) the next event batches come from the heap,
+    and the heap keeps its high-water mark: watch's RSS stepped up 7-17 MiB after each such
+    spell and stayed there (results/watch.md).  Fixed, every batch is its own mapping and
+    goes back to the kernel when freed.  watch only: record keeps the faster heap reuse."""
+    try:
+        return bool(ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):       # not glibc
+        return False
+
+
 def run_watch(opts, listen: str, announce=None) -> dict:
     """Watch until the recording stops; the recorder's summary plus "scrapes" and "url"."""
+    fix_mmap_threshold()
     host, port = parse_listen(listen)
     say = announce or (lambda text: print(f"clockalign: {text}", file=sys.stderr, flush=True))
     url = None
