@@ -124,3 +124,35 @@ def test_no_zero_series_for_probes_that_are_off():
     snap = agg.snapshot()
     assert snap["tcp_resets"] == {} and snap["alloc_failures"] == {}
     assert snap["fragmentation"] == {} and len(snap["offcpu_in_cuda_ns"]) == 2
+
+
+def test_old_processes_are_matched_only_in_sweeps_and_a_late_exec_is_found(sleeper, tmp_path):
+    """A scan matches the processes it first saw less than YOUNG_S ago (a fork execs its
+    program a moment later), and every process only in a sweep each SWEEP_S: a process that
+    execs into a followed program after it is old is found by the next sweep."""
+    from clockalign.capture import follow
+    exe, _ = sleeper
+    t = [1000.0]
+    f = Follower([exe.name], clock=lambda: t[0])
+    # a shell that turns into the followed program only when told (exec in place, same pid)
+    go = tmp_path / "go"
+    sh = subprocess.Popen(["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; "
+                                       f"exec {exe} 30"])
+    try:
+        f.scan([])                                   # a sweep: every process matched
+        n_all = f.checked
+        t[0] += follow.YOUNG_S + 0.5
+        f.scan([])                                   # all old now, no sweep: only the
+        assert f.checked - n_all < n_all / 4         # few born since (the shell's sleeps)
+        go.touch()
+        deadline = time.monotonic() + 5
+        while matches(sh.pid, [exe.name]) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        new, _ = f.scan([])
+        assert (sh.pid, exe.name) not in new         # old, and no sweep yet
+        t[0] += follow.SWEEP_S
+        new, _ = f.scan([])
+        assert (sh.pid, exe.name) in new             # the sweep finds it
+    finally:
+        sh.kill()
+        sh.wait()
