@@ -105,6 +105,7 @@ class Recorder:
         self._closers = []
         self._activity = None
         self._follower = None
+        self._drain = None           # reads the perf buffers from arming until the stop
 
     # ---------------------------------------------------------------- setup
     def notice(self, text, level="notice"):
