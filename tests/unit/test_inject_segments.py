@@ -169,10 +169,11 @@ T0 = 50_000 * MS
 SERVICE, OLD, NEW, DOG, CLIENT = 100, 200, 300, 101, 50
 
 
-def _gpu_run(tmp_path):
+def _gpu_run(tmp_path, cuinit=False):
     """An illegal-address repetition as the probes would record it on a GPU host: the
     worker's failing synchronize (700), the Xid, its exit, the new worker's fork, its CUDA
-    init, allocations, module load and first launch; the service's log; the client."""
+    init (with cuinit: a 60 ms cuInit first), allocations, module load and first launch; the
+    service's log; the client."""
     import numpy as np
 
     from clockalign.store import cuda_api
@@ -180,7 +181,7 @@ def _gpu_run(tmp_path):
     from clockalign.store.writer import RunWriter
     fid = {n: cuda_api.BY_SYMBOL[n].id for n in
            ("cuLaunchKernel", "cuStreamSynchronize", "cuMemAlloc_v2", "cuModuleLoadData",
-            "cuDevicePrimaryCtxRetain")}
+            "cuDevicePrimaryCtxRetain", "cuInit")}
     cuda = dict(kind=Kind.CUDA)
     rows = [
         dict(ts=T0 + 2 * MS, dur=10_000, pid=OLD, tid=OLD, code=fid["cuLaunchKernel"], **cuda),
@@ -189,6 +190,8 @@ def _gpu_run(tmp_path):
         dict(ts=T0 + 4 * MS, pid=OLD, tid=OLD, kind=Kind.XID, ret=31),
         dict(ts=T0 + 30 * MS, pid=OLD, tid=OLD, kind=Kind.THREAD_EXIT, code=1),
         dict(ts=T0 + 32 * MS, pid=SERVICE, tid=NEW, kind=Kind.THREAD_NEW, a0=SERVICE + 1),
+        *([dict(ts=T0 + 830 * MS, dur=60 * MS, pid=NEW, tid=NEW, code=fid["cuInit"], **cuda)]
+          if cuinit else []),
         dict(ts=T0 + 900 * MS, dur=1000, pid=NEW, tid=NEW, code=fid["cuDevicePrimaryCtxRetain"], **cuda),
         *[dict(ts=T0 + (1000 + i) * MS, dur=5000, pid=NEW, tid=NEW, code=fid["cuMemAlloc_v2"],
                **cuda) for i in range(9)],
@@ -242,3 +245,21 @@ def test_gpu_boundaries_come_from_the_probes(tmp_path):
                          "request accepted -> Xid 31", "Xid 31 -> CUDA error returned"]
     assert output.detail([rep])["reload_cuda_calls_p50"] == {"alloc": 9, "context": 1,
                                                              "module": 1}
+
+
+def test_a_probed_cuinit_splits_the_import_from_the_driver_start(tmp_path):
+    """With cuInit probed, "CUDA init" is its entry and "CUDA context" the return of the
+    first context call: worker started -> CUDA init is the import before any driver call."""
+    tl, client, events = _gpu_run(tmp_path, cuinit=True)
+    rep, = split(tl, client, events)
+    b = _by_name(rep)
+    assert b["CUDA init"]["t_ns"] == T0 + 830 * MS and b["CUDA init"]["source"] == "uprobe: cuInit"
+    assert b["CUDA context"] == {"name": "CUDA context", "t_ns": T0 + 900 * MS + 1000,
+                                 "unc_ns": 0,
+                                 "source": "uprobe: cuDevicePrimaryCtxRetain returned"}
+    row = output.make_row("torch", "illegal-address", [rep])
+    seg = {x["name"]: x["p50_ms"] for x in row["segments"]}
+    assert seg["worker started -> CUDA init"] == 30.0
+    assert seg["CUDA init -> CUDA context"] == 70.001
+    (tmp_path / "old").mkdir()
+    assert "CUDA context" not in _by_name(split(*_gpu_run(tmp_path / "old"))[0])  # no cuInit

@@ -23,6 +23,8 @@ from ..store.schema import CUDA_FUNCTIONS, Kind
 from .faults import request_id
 
 LAUNCH_IDS = np.asarray(cuda_api.ids("launch", "graph_launch"), dtype=np.uint16)
+CONTEXT_IDS = np.asarray([i for i in cuda_api.ids("context")
+                          if cuda_api.FUNCTIONS[i].symbol != "cuInit"], dtype=np.uint16)
 
 # boundary name -> service-log events that stand for it (first one in the window wins)
 LOGGED = {
@@ -144,6 +146,12 @@ def _repetition(run, rep, fault_name):
         if len(mine):
             out.append(_b("CUDA init", mine["t_ns"][0], mine["unc_ns"][0],
                           f"uprobe: {_fn(mine['code'][0])}"))
+            # the driver start ends when the first context call returns (cuInit's own
+            # duration and the context's creation, apart from the import before them)
+            ctx = mine[np.isin(mine["code"], CONTEXT_IDS) & (mine["ret"] == 0)]
+            if len(ctx) and ctx["t_ns"][0] > mine["t_ns"][0]:
+                out.append(_b("CUDA context", ctx["t_ns"][0] + ctx["dur_ns"][0],
+                              ctx["unc_ns"][0], f"uprobe: {_fn(ctx['code'][0])} returned"))
         kernel_or_log("model loaded", None, None, None, None, new)
         ok = mine[(mine["ret"] == 0) & np.isin(mine["code"], LAUNCH_IDS)] if len(mine) else mine
         loaded = run.log(("model_loaded",), t0, hi, new)

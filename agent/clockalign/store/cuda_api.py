@@ -257,6 +257,9 @@ _FUNCTIONS = [
     CudaFunction(83, "cuLibraryLoadFromFile", "module",
                  (("library", out(1)), ("fname", string(2)), ("num_jit_options", arg(5, 4)),
                   ("num_library_options", arg(8, 4)))),
+    # a process's driver start (seconds on some hosts): the H200 life-cycle run could not
+    # tell a restarted worker's `import torch` from its driver start without it
+    CudaFunction(84, "cuInit", "context", (("flags", arg(1, 4)),)),
 ]
 
 FUNCTIONS = {f.id: f for f in _FUNCTIONS}

@@ -254,6 +254,7 @@ static void sweep(void) {
         NULL, U(cuCtxCreate_v4, 3), (int)V(cuCtxCreate_v4, 4)); }
     LOOP(cuDevicePrimaryCtxRetain) { void *c; CALL(cuDevicePrimaryCtxRetain, (void **, int), &c,
         (int)V(cuDevicePrimaryCtxRetain, 2)); }
+    LOOP(cuInit) CALL(cuInit, (unsigned), U(cuInit, 1));
 }
 
 static int try_connect(int port) {
