@@ -160,12 +160,24 @@ def _join_bpf(tids, t0, t1, cuda):
         c = c[np.argsort(cuda["t_ns"][c], kind="stable")]
         ts = cuda["t_ns"][c]
         end = ts + np.maximum(cuda["dur_ns"][c], 0)
-        j = np.searchsorted(ts, t0[m], side="right") - 1
-        ok = j >= 0
-        jj = np.maximum(j, 0)
-        ok &= end[jj] >= t1[m]
-        out[m[ok]] = c[jj[ok]]
+        for mb in _blocks(m):
+            j = np.searchsorted(ts, t0[mb], side="right") - 1
+            ok = j >= 0
+            jj = np.maximum(j, 0)
+            ok &= end[jj] >= t1[mb]
+            out[mb[ok]] = c[jj[ok]]
     return out
+
+
+# Rows mapped or joined at a time: each step's temporaries are a few of these long (the
+# clock model's bounds make about a dozen int64 arrays of its input's length).
+BLOCK = 1 << 18
+
+
+def _blocks(idx):
+    """``idx`` (an index array) in slices of at most BLOCK."""
+    for a in range(0, len(idx), BLOCK):
+        yield idx[a:a + BLOCK]
 
 
 # What load() keeps of a CUPTI callback record (kind API): 32 bytes instead of 80.
@@ -248,8 +260,9 @@ def load(tl) -> GpuActivity:
             continue
         for col, ucol, gcol, stamp in (("t_ns", "unc_ns", "gpu_start", "start"),
                                        ("end_ns", "end_unc_ns", "gpu_end", "end")):
-            t, u = tl.map(dom, rows[gcol][m].astype(np.int64), CUPTI_STAMP_UNC_NS[stamp])
-            rows[col][m], rows[ucol][m] = t, u
+            for ii in _blocks(np.flatnonzero(m)):
+                t, u = tl.map(dom, rows[gcol][ii].astype(np.int64), CUPTI_STAMP_UNC_NS[stamp])
+                rows[col][ii], rows[ucol][ii] = t, u
         rows["gpu"][m] = int(dom[3:]) if dom[3:].isdigit() else -1
         keep |= m
     conv = ~rows["raw"]
