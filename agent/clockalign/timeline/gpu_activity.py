@@ -151,10 +151,9 @@ def _join_bpf(tids, t0, t1, cuda):
     out = np.full(len(tids), -1, dtype=np.int64)
     if not len(cuda) or not len(tids):
         return out
-    ctid = cuda["tid"].astype(np.int64)
     for tid in np.unique(tids).tolist():
         m = np.flatnonzero(tids == tid)
-        c = np.flatnonzero(ctid == tid)
+        c = np.flatnonzero(cuda["tid"] == tid)
         if not len(c):
             continue
         c = c[np.argsort(cuda["t_ns"][c], kind="stable")]
@@ -288,15 +287,18 @@ def load(tl) -> GpuActivity:
     stats["activity"] = int(len(rows))
     ai = _join_api(rows, api, stats)
     has = ai >= 0
-    rows["launch_tid"][has] = api["tid"][ai[has]]
-    rows["launch_fn"][has] = api["aux"][ai[has]]
-    cb0 = np.where(has, api["start"][np.maximum(ai, 0)].astype(np.int64), -1)
-    cb1 = np.where(has, api["end"][np.maximum(ai, 0)].astype(np.int64), -1)
-    rows["launch_t_ns"], rows["launch_end_ns"] = cb0, cb1
+    ai = ai[has]
+    rows["launch_tid"][has] = api["tid"][ai]
+    rows["launch_fn"][has] = api["aux"][ai]
+    rows["launch_t_ns"] = rows["launch_end_ns"] = -1
+    rows["launch_t_ns"][has] = api["start"][ai].astype(np.int64)
+    rows["launch_end_ns"][has] = api["end"][ai].astype(np.int64)
     rows["launch_src"] = np.where(has, LAUNCH_CUPTI, LAUNCH_NONE)
+    del ai, api             # the callbacks are used up: let them go before the CUDA calls
     cuda = cuda_calls(tl)
     bi = np.full(len(rows), -1, dtype=np.int64)
-    bi[has] = _join_bpf(rows["launch_tid"][has].astype(np.int64), cb0[has], cb1[has], cuda)
+    bi[has] = _join_bpf(rows["launch_tid"][has].astype(np.int64), rows["launch_t_ns"][has],
+                        rows["launch_end_ns"][has], cuda)
     hb = bi >= 0
     rows["launch_t_ns"][hb] = cuda["t_ns"][bi[hb]]
     rows["launch_end_ns"][hb] = cuda["t_ns"][bi[hb]] + cuda["dur_ns"][bi[hb]]
