@@ -201,6 +201,18 @@ def test_report_section_counts_idle_gaps_while_the_launcher_was_off_cpu(run, tmp
     assert "GPU activity" in rep.text and "Idle gaps while the launching thread" in rep.markdown
 
 
+def test_load_in_blocks_gives_the_same_rows(run, monkeypatch):
+    """load() maps and joins BLOCK rows at a time (bounded temporaries): blocks of 7 rows
+    must give exactly the rows of one block over all."""
+    from clockalign.timeline import gpu_activity as ga
+    path, _ = run
+    whole = Timeline.open(path).gpu_activity().rows
+    monkeypatch.setattr(ga, "BLOCK", 7)
+    small = Timeline.open(path).gpu_activity().rows
+    assert len(whole) > 7 * 10 and (whole["launch_src"] == LAUNCH_BPF).any()
+    assert whole.tobytes() == small.tobytes()
+
+
 def test_a_run_without_gpu_activity_has_no_section(tmp_path):
     from tests.synthetic import make_run
     p = tmp_path / "plain.ca"

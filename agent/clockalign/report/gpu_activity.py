@@ -17,6 +17,7 @@ work was off-CPU (preempted or blocked).
 import numpy as np
 
 from ..store.schema import GpuKind
+from ..timeline.gpu_activity import row_keys
 from .analysis import pct
 from .render import Table, fmt_count, fmt_ns, fmt_pct
 
@@ -49,47 +50,70 @@ def off_cpu_within(t0, t1, s, d):
     return np.maximum(before(t1) - before(t0), 0)
 
 
-def stream_table(rows) -> list:
+def stream_order(rows):
+    """The rows by stream: (the distinct (gpu, pid, stream) in order, the row indices
+    grouped by stream and in start order within each (stable: equal starts keep their
+    order), where each stream's group begins and ends).  Index arrays only: no copy of
+    the rows themselves."""
+    uniq, inv = row_keys(rows["gpu"], rows["pid"], rows["stream"])
+    order = np.lexsort((rows["t_ns"], inv))
+    bounds = np.r_[0, np.cumsum(np.bincount(inv, minlength=len(uniq)))]
+    return uniq, order, bounds
+
+
+def _each_stream(rows, streams):
+    uniq, order, bounds = streams if streams is not None else stream_order(rows)
+    for j, key in enumerate(uniq):
+        yield j, key, order[bounds[j]:bounds[j + 1]]
+
+
+def stream_table(rows, streams=None) -> list:
     out = []
-    keys = np.stack([rows["gpu"].astype(np.int64), rows["pid"].astype(np.int64),
-                     rows["stream"].astype(np.int64)], axis=1)
-    for g, p, s in np.unique(keys, axis=0).tolist():
-        m = (keys[:, 0] == g) & (keys[:, 1] == p) & (keys[:, 2] == s)
-        r = rows[m]
-        us, ue = union_intervals(r["t_ns"], r["end_ns"])
-        span = int(r["end_ns"].max() - r["t_ns"].min())
+    for _, (g, p, s), idx in _each_stream(rows, streams):
+        t, e, kind = rows["t_ns"][idx], rows["end_ns"][idx], rows["kind"][idx]
+        us, ue = union_intervals(t, e)
+        span = int(e.max() - t.min())
         busy = int((ue - us).sum())
-        out.append({"gpu": g, "pid": p, "stream": s, "executions": int(m.sum()),
-                    "kernels": int((r["kind"] == GpuKind.KERNEL).sum()),
-                    "copies": int((r["kind"] == GpuKind.MEMCPY).sum()),
-                    "memsets": int((r["kind"] == GpuKind.MEMSET).sum()),
+        out.append({"gpu": g, "pid": p, "stream": s, "executions": int(len(idx)),
+                    "kernels": int((kind == GpuKind.KERNEL).sum()),
+                    "copies": int((kind == GpuKind.MEMCPY).sum()),
+                    "memsets": int((kind == GpuKind.MEMSET).sum()),
                     "span_ns": span, "busy_ns": busy, "idle_ns": span - busy,
                     "busy_share": busy / span if span > 0 else None})
     return out
 
 
-def idle_gaps(rows, sched) -> dict:
+def _gaps(rows, streams):
+    """Every idle gap of every stream, as columns: stream (index into the distinct
+    streams), start (the reach of the work before), end (the next work's start), the next
+    work's launching tid and launch entry (-1: none)."""
+    parts = []
+    for j, _, idx in _each_stream(rows, streams):
+        t = rows["t_ns"][idx]
+        reach = np.maximum.accumulate(rows["end_ns"][idx])
+        gap = np.flatnonzero(t[1:] > reach[:-1])
+        nxt = idx[gap + 1]
+        parts.append((np.full(len(gap), j, dtype=np.int64), reach[gap], t[gap + 1],
+                      rows["launch_tid"][nxt].astype(np.int64),
+                      np.where(rows["launch_src"][nxt] != 0,
+                               rows["launch_t_ns"][nxt], -1).astype(np.int64)))
+        del t, reach, gap, nxt
+    if not parts:
+        return [np.zeros(0, dtype=np.int64)] * 5
+    return [np.concatenate(c) for c in zip(*parts)]
+
+
+def idle_gaps(rows, sched, streams=None) -> dict:
     """Every idle gap of every stream, charged with its next work's launcher's off-CPU time."""
-    gaps = []
-    keys = np.stack([rows["gpu"].astype(np.int64), rows["pid"].astype(np.int64),
-                     rows["stream"].astype(np.int64)], axis=1)
-    for g, p, s in np.unique(keys, axis=0).tolist():
-        r = rows[(keys[:, 0] == g) & (keys[:, 1] == p) & (keys[:, 2] == s)]
-        r = r[np.argsort(r["t_ns"], kind="stable")]
-        reach = np.maximum.accumulate(r["end_ns"])
-        gap = np.flatnonzero(r["t_ns"][1:] > reach[:-1])
-        for k in gap.tolist():
-            nxt = r[k + 1]
-            gaps.append((g, p, s, int(reach[k]), int(nxt["t_ns"]), int(nxt["launch_tid"]),
-                         int(nxt["launch_t_ns"]) if nxt["launch_src"] else -1))
-    if not gaps:
+    if streams is None:
+        streams = stream_order(rows)
+    sid, g0, g1, tid, launch = _gaps(rows, streams)
+    if not len(sid):
         return {"gaps": 0, "idle_ns": 0, "with_offcpu": 0, "offcpu_ns": 0, "preempted_ns": 0,
                 "blocked_ns": 0, "top": []}
-    a = np.array(gaps, dtype=np.int64)
-    g0, g1, tid, launch = a[:, 3], a[:, 4], a[:, 5], a[:, 6]
     w1 = np.where(launch >= 0, np.minimum(g1, launch), g1)
-    pre = np.zeros(len(a), dtype=np.int64)
-    blk = np.zeros(len(a), dtype=np.int64)
+    pre = np.zeros(len(sid), dtype=np.int64)
+    blk = np.zeros(len(sid), dtype=np.int64)
     st, sd, stid, spre = (np.asarray(sched.get(k, []), dtype=np.int64) for k in
                           ("t", "dur", "tid", "pre"))
     for t in np.unique(tid[launch >= 0]).tolist():
@@ -100,29 +124,31 @@ def idle_gaps(rows, sched) -> dict:
             out[m] = off_cpu_within(g0[m], w1[m], st[sel][o], sd[sel][o])
     off = pre + blk
     idx = np.argsort(-off, kind="stable")[:10]
-    top = [{"gpu": int(a[i, 0]), "pid": int(a[i, 1]), "stream": int(a[i, 2]),
+    uniq = streams[0]
+    top = [{"gpu": uniq[sid[i]][0], "pid": uniq[sid[i]][1], "stream": uniq[sid[i]][2],
             "start_ns": int(g0[i]), "idle_ns": int(g1[i] - g0[i]), "tid": int(tid[i]),
             "preempted_ns": int(pre[i]), "blocked_ns": int(blk[i])}
            for i in idx.tolist() if off[i] > 0]
-    return {"gaps": int(len(a)), "idle_ns": int((g1 - g0).sum()),
+    return {"gaps": int(len(sid)), "idle_ns": int((g1 - g0).sum()),
             "with_offcpu": int((off > 0).sum()), "offcpu_ns": int(off.sum()),
             "preempted_ns": int(pre.sum()), "blocked_ns": int(blk.sum()),
             "idle_in_gaps_with_offcpu_ns": int((g1 - g0)[off > 0].sum()), "top": top}
 
 
 def kernel_table(acts, rows, k=15) -> list:
-    kr = rows[rows["kind"] == GpuKind.KERNEL]
-    if not len(kr):
+    ki = np.flatnonzero(rows["kind"] == GpuKind.KERNEL)
+    if not len(ki):
         return []
-    dur = kr["end_ns"] - kr["t_ns"]
-    key = (kr["pid"].astype(np.int64) << 32) | kr["name"].astype(np.int64)
+    dur = rows["end_ns"][ki] - rows["t_ns"][ki]
+    key = (rows["pid"][ki].astype(np.int64) << 32) | rows["name"][ki].astype(np.int64)
     uniq, inv = np.unique(key, return_inverse=True)
+    del key
     tot = np.bincount(inv, weights=dur.astype(np.float64))
     out = []
     for j in np.argsort(-tot)[:k].tolist():
         m = inv == j
         d = dur[m]
-        out.append({"kernel": acts.name(kr[np.flatnonzero(m)[0]]), "count": int(m.sum()),
+        out.append({"kernel": acts.name(rows[ki[np.flatnonzero(m)[0]]]), "count": int(m.sum()),
                     "total_ns": int(d.sum()), "p50_ns": pct(d, 50), "p99_ns": pct(d, 99),
                     "max_ns": int(d.max())})
     return out
@@ -134,20 +160,25 @@ def gpu_section(acts, sched):
     if not len(rows):
         return None
     raw = rows["raw"]
-    nums = {"stats": acts.stats, "streams": stream_table(rows)}
-    kr = rows[(rows["kind"] == GpuKind.KERNEL)]
-    kd = kr["end_ns"] - kr["t_ns"]
+    streams = stream_order(rows)
+    nums = {"stats": acts.stats, "streams": stream_table(rows, streams)}
+    kern = rows["kind"] == GpuKind.KERNEL
+    kd = rows["end_ns"][kern] - rows["t_ns"][kern]
+    del kern
     nums["kernel_duration_ns"] = {"n": int(len(kd)), **{f"p{q}": pct(kd, q)
                                                         for q in (50, 90, 99, 99.9)},
                                   "max": int(kd.max()) if len(kd) else None}
-    q = rows[(rows["launch_src"] == 1) & raw]
-    qd = q["t_ns"] - q["launch_t_ns"]
+    q = (rows["launch_src"] == 1) & raw
+    qd = rows["t_ns"][q] - rows["launch_t_ns"][q]
+    del q
     nums["launch_to_start_ns"] = {"n": int(len(qd)), **{f"p{x}": pct(qd, x)
                                                         for x in (50, 90, 99)},
                                   "max": int(qd.max()) if len(qd) else None,
                                   "negative": int((qd < 0).sum())}
+    del kd, qd
     nums["kernels"] = kernel_table(acts, rows)
-    gaps = idle_gaps(rows, sched)
+    gaps = idle_gaps(rows, sched, streams)
+    del streams
     nums["idle_gaps"] = gaps
     unc = rows["unc_ns"][raw]
     nums["unc_ns"] = {"p50": pct(unc, 50), "p99": pct(unc, 99), "max": int(unc.max())

@@ -151,21 +151,32 @@ def _join_bpf(tids, t0, t1, cuda):
     out = np.full(len(tids), -1, dtype=np.int64)
     if not len(cuda) or not len(tids):
         return out
-    ctid = cuda["tid"].astype(np.int64)
     for tid in np.unique(tids).tolist():
         m = np.flatnonzero(tids == tid)
-        c = np.flatnonzero(ctid == tid)
+        c = np.flatnonzero(cuda["tid"] == tid)
         if not len(c):
             continue
         c = c[np.argsort(cuda["t_ns"][c], kind="stable")]
         ts = cuda["t_ns"][c]
         end = ts + np.maximum(cuda["dur_ns"][c], 0)
-        j = np.searchsorted(ts, t0[m], side="right") - 1
-        ok = j >= 0
-        jj = np.maximum(j, 0)
-        ok &= end[jj] >= t1[m]
-        out[m[ok]] = c[jj[ok]]
+        for mb in _blocks(m):
+            j = np.searchsorted(ts, t0[mb], side="right") - 1
+            ok = j >= 0
+            jj = np.maximum(j, 0)
+            ok &= end[jj] >= t1[mb]
+            out[mb[ok]] = c[jj[ok]]
     return out
+
+
+# Rows mapped or joined at a time: each step's temporaries are a few of these long (the
+# clock model's bounds make about a dozen int64 arrays of its input's length).
+BLOCK = 1 << 18
+
+
+def _blocks(idx):
+    """``idx`` (an index array) in slices of at most BLOCK."""
+    for a in range(0, len(idx), BLOCK):
+        yield idx[a:a + BLOCK]
 
 
 # What load() keeps of a CUPTI callback record (kind API): 32 bytes instead of 80.
@@ -248,8 +259,9 @@ def load(tl) -> GpuActivity:
             continue
         for col, ucol, gcol, stamp in (("t_ns", "unc_ns", "gpu_start", "start"),
                                        ("end_ns", "end_unc_ns", "gpu_end", "end")):
-            t, u = tl.map(dom, rows[gcol][m].astype(np.int64), CUPTI_STAMP_UNC_NS[stamp])
-            rows[col][m], rows[ucol][m] = t, u
+            for ii in _blocks(np.flatnonzero(m)):
+                t, u = tl.map(dom, rows[gcol][ii].astype(np.int64), CUPTI_STAMP_UNC_NS[stamp])
+                rows[col][ii], rows[ucol][ii] = t, u
         rows["gpu"][m] = int(dom[3:]) if dom[3:].isdigit() else -1
         keep |= m
     conv = ~rows["raw"]
@@ -275,15 +287,18 @@ def load(tl) -> GpuActivity:
     stats["activity"] = int(len(rows))
     ai = _join_api(rows, api, stats)
     has = ai >= 0
-    rows["launch_tid"][has] = api["tid"][ai[has]]
-    rows["launch_fn"][has] = api["aux"][ai[has]]
-    cb0 = np.where(has, api["start"][np.maximum(ai, 0)].astype(np.int64), -1)
-    cb1 = np.where(has, api["end"][np.maximum(ai, 0)].astype(np.int64), -1)
-    rows["launch_t_ns"], rows["launch_end_ns"] = cb0, cb1
+    ai = ai[has]
+    rows["launch_tid"][has] = api["tid"][ai]
+    rows["launch_fn"][has] = api["aux"][ai]
+    rows["launch_t_ns"] = rows["launch_end_ns"] = -1
+    rows["launch_t_ns"][has] = api["start"][ai].astype(np.int64)
+    rows["launch_end_ns"][has] = api["end"][ai].astype(np.int64)
     rows["launch_src"] = np.where(has, LAUNCH_CUPTI, LAUNCH_NONE)
+    del ai, api             # the callbacks are used up: let them go before the CUDA calls
     cuda = cuda_calls(tl)
     bi = np.full(len(rows), -1, dtype=np.int64)
-    bi[has] = _join_bpf(rows["launch_tid"][has].astype(np.int64), cb0[has], cb1[has], cuda)
+    bi[has] = _join_bpf(rows["launch_tid"][has].astype(np.int64), rows["launch_t_ns"][has],
+                        rows["launch_end_ns"][has], cuda)
     hb = bi >= 0
     rows["launch_t_ns"][hb] = cuda["t_ns"][bi[hb]]
     rows["launch_end_ns"][hb] = cuda["t_ns"][bi[hb]] + cuda["dur_ns"][bi[hb]]
