@@ -263,3 +263,18 @@ def test_a_probed_cuinit_splits_the_import_from_the_driver_start(tmp_path):
     assert seg["CUDA init -> CUDA context"] == 70.001
     (tmp_path / "old").mkdir()
     assert "CUDA context" not in _by_name(split(*_gpu_run(tmp_path / "old"))[0])  # no cuInit
+
+
+def test_the_request_comes_first_even_when_its_stamp_is_after_the_acceptance():
+    """A slow send puts the middle of the client's send window after the service's
+    "request accepted" (seen in CI under load): the order still starts at the request."""
+    def rep(accepted):
+        return {"total_ns": 10, "boundaries": sorted([
+            {"name": "request accepted", "t_ns": accepted, "unc_ns": 0},
+            {"name": "request sent", "t_ns": 1000, "unc_ns": 900},
+            {"name": "error answer", "t_ns": 5000, "unc_ns": 0}], key=lambda b: b["t_ns"])}
+    reps = [rep(400), rep(600), rep(1200)]
+    assert canonical_order(reps) == ["request sent", "request accepted", "error answer"]
+    (name, d, u), _ = segments(reps)
+    assert name == "request sent -> request accepted" and d == [-600, -400, 200]
+    assert u == [900, 900, 900]            # inside the send window's uncertainty

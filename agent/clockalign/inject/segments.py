@@ -202,15 +202,18 @@ def split(tl, client: dict, events: list) -> list:
 
 
 def canonical_order(reps) -> list:
-    """Boundary names in the order of their median time after the request was sent."""
+    """Boundary names in the order of their median time after the request was sent; the
+    request comes first whatever its stamp (the middle of the client's send window, which a
+    slow send can put after the service's "request accepted")."""
     offs = {}
     for r in reps:
         if r["total_ns"] is None:
             continue
-        t0 = r["boundaries"][0]["t_ns"]
+        sent = [b["t_ns"] for b in r["boundaries"] if b["name"] == "request sent"]
+        t0 = sent[0] if sent else r["boundaries"][0]["t_ns"]
         for b in r["boundaries"]:
             offs.setdefault(b["name"], []).append(b["t_ns"] - t0)
-    return sorted(offs, key=lambda n: (float(np.median(offs[n])), n != "request sent"))
+    return sorted(offs, key=lambda n: (n != "request sent", float(np.median(offs[n]))))
 
 
 def segments(reps) -> list:
