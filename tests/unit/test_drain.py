@@ -70,3 +70,18 @@ def test_get_times_out_with_nothing():
     assert time.monotonic() - t0 >= 0.04
     d.stop()
     assert not any(t.name == "clockalign-drain" and t.is_alive() for t in threading.enumerate())
+
+
+def test_batches_read_before_an_error_are_all_given_first():
+    """The recording thread gets every batch read before a read error, then the error: a
+    late get() (a loaded machine) must not lose them (CI once raised before the first)."""
+    d = Drain(Ring([np.zeros(3, np.uint64), np.ones(2, np.uint64)], fail_after=2),
+              _poll).start()
+    deadline = time.monotonic() + 5
+    while d.error is None and time.monotonic() < deadline:
+        time.sleep(0.01)                     # the error is in before anything is taken
+    assert len(d.get(timeout=1.0)) == 3 and len(d.get(timeout=1.0)) == 2
+    with pytest.raises(OSError, match="unmapped"):
+        d.get(timeout=0.1)
+    with pytest.raises(OSError):
+        d.stop()

@@ -60,13 +60,14 @@ class Drain:
             self._cond.notify_all()
 
     def get(self, timeout: float):
-        """The oldest waiting batch, or None after timeout seconds without one."""
+        """The oldest waiting batch, or None after timeout seconds without one.  A read
+        error is raised once the batches read before it have all been taken."""
         with self._cond:
             if not self._batches and self.error is None:
                 self._cond.wait(timeout)
-            if self.error is not None:
-                raise self.error
             if not self._batches:
+                if self.error is not None:
+                    raise self.error
                 return None
             batch = self._batches.popleft()
             self._bytes -= batch.nbytes
