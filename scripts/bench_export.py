@@ -34,10 +34,11 @@ FORMATS = (("perfetto", "pftrace"), ("chrome-json", "json"))
 # VmHWM counts the run file's pages too: the reader maps the file, and those clean file
 # pages stay resident while memory is free.  RssAnon, sampled every 10 ms, is the process's
 # own memory (what the export allocates).
-_CHILD = r"""
-import json, resource, sys, threading, time
-from clockalign.timeline import Timeline
-from clockalign.export import export_run
+# The measuring child's sampler (scripts/bench_gpu_activity.py's child starts with it too):
+# status() is /proc/self/status in MiB; a thread keeps each of peak's values' maximum every
+# 10 ms until done is set.
+CHILD_SAMPLER = r"""
+import threading
 
 def status():
     out = {}
@@ -57,6 +58,13 @@ def sample():
             peak[k] = max(peak[k], st.get(k, 0.0))
         done.wait(0.01)
 threading.Thread(target=sample, daemon=True).start()
+"""
+
+_CHILD = CHILD_SAMPLER + r"""
+import json, resource, sys, time
+from clockalign.timeline import Timeline
+from clockalign.export import export_run
+
 run, out, fmt = sys.argv[1:4]
 t = time.perf_counter()
 stats = export_run(Timeline.open(run), out, fmt)

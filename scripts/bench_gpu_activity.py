@@ -27,28 +27,12 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "agent"))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
-from bench_export import cpu_model, mem_total_gb  # noqa: E402
+from bench_export import CHILD_SAMPLER, cpu_model, mem_total_gb  # noqa: E402
 
-_CHILD = r"""
-import json, sys, threading, time
+_CHILD = CHILD_SAMPLER + r"""
+import json, sys, time
 from clockalign.cli.main import cli
 
-def status():
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("RssAnon", "VmHWM"):
-                out[k] = int(v.split()[0]) / 1024
-    return out
-
-peak = [0.0]
-done = threading.Event()
-def sample():
-    while not done.is_set():
-        peak[0] = max(peak[0], status().get("RssAnon", 0.0))
-        done.wait(0.01)
-threading.Thread(target=sample, daemon=True).start()
 t = time.perf_counter()
 try:
     cli(sys.argv[1:], standalone_mode=False)
@@ -57,7 +41,7 @@ finally:
     done.set()
 st = status()
 print(json.dumps({"wall_s": wall, "peak_rss_mb": st["VmHWM"],
-                  "peak_anon_mb": max(peak[0], st.get("RssAnon", 0.0))}))
+                  "peak_anon_mb": max(peak["RssAnon"], st.get("RssAnon", 0.0))}))
 """
 
 
