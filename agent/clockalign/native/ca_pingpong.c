@@ -35,54 +35,54 @@ static inline int64_t mono_ns(void)
 
 #define WORD_MASK 31u
 
-/* answered(): has the response for seq come?  value(): its remote value. */
-#define FENCED_ANSWERED (*rseq == seq)
-#define FENCED_VALUE (*rval)
-#define WORD_ANSWERED (((w = *rword) & WORD_MASK) == (seq & WORD_MASK))
-#define WORD_VALUE (w & ~(uint64_t)WORD_MASK)
-
-#define PINGPONG_LOOP(ANSWERED, VALUE)                                                  \
-    for (int k = 0; k < n; k++) {                                                      \
-        uint64_t seq = base + (uint64_t)k + 1;                                         \
-        int64_t t0 = mono_ns();                                                         \
-        *req = seq;                                                                     \
-        unsigned spins = 0;                                                             \
-        while (!(ANSWERED)) {                                                           \
-            if ((++spins & 255) == 0 && (*ex || mono_ns() - t0 > timeout_ns)) {        \
-                if (ANSWERED)        /* answered just as we gave up */                 \
-                    break;                                                              \
-                *why = *ex ? 1 : 2;                                                     \
-                return k;                                                               \
-            }                                                                           \
-        }                                                                               \
-        uint64_t v = VALUE;                                                             \
-        int64_t t1 = mono_ns();                                                         \
-        t0s[k] = t0;                                                                    \
-        rem[k] = (int64_t)v;                                                            \
-        t1s[k] = t1;                                                                    \
-    }                                                                                   \
+/* The loop of both answers; word (a constant at each call, so the compiler keeps one path)
+ * watches RESP_WORD's low bits and takes the value from the same load, else RESP_SEQ and
+ * then RESP_VAL. */
+static inline __attribute__((always_inline))
+int pingpong(uint64_t buf, uint64_t base, int n, int64_t timeout_ns, int64_t *t0s,
+             int64_t *rem, int64_t *t1s, int *why, int word)
+{
+    volatile uint64_t *req = (volatile uint64_t *)(buf + 0);
+    volatile uint64_t *rseq = (volatile uint64_t *)(buf + 64);
+    volatile uint64_t *rval = (volatile uint64_t *)(buf + 72);
+    volatile uint64_t *rword = (volatile uint64_t *)(buf + 80);
+    volatile uint64_t *ex = (volatile uint64_t *)(buf + 136);
+    uint64_t w = 0;
+#define ANSWERED (word ? (((w = *rword) & WORD_MASK) == (seq & WORD_MASK)) : (*rseq == seq))
+    *why = 0;
+    for (int k = 0; k < n; k++) {
+        uint64_t seq = base + (uint64_t)k + 1;
+        int64_t t0 = mono_ns();
+        *req = seq;
+        unsigned spins = 0;
+        while (!ANSWERED) {
+            if ((++spins & 255) == 0 && (*ex || mono_ns() - t0 > timeout_ns)) {
+                if (ANSWERED)        /* answered just as we gave up */
+                    break;
+                *why = *ex ? 1 : 2;
+                return k;
+            }
+        }
+        uint64_t v = word ? (w & ~(uint64_t)WORD_MASK) : *rval;
+        int64_t t1 = mono_ns();
+        t0s[k] = t0;
+        rem[k] = (int64_t)v;
+        t1s[k] = t1;
+    }
+#undef ANSWERED
     return n;
+}
 
 __attribute__((visibility("default")))
 int ca_pingpong_word(uint64_t buf, uint64_t base, int n, int64_t timeout_ns,
                      int64_t *t0s, int64_t *rem, int64_t *t1s, int *why)
 {
-    volatile uint64_t *req = (volatile uint64_t *)(buf + 0);
-    volatile uint64_t *rword = (volatile uint64_t *)(buf + 80);
-    volatile uint64_t *ex = (volatile uint64_t *)(buf + 136);
-    uint64_t w = 0;
-    *why = 0;
-    PINGPONG_LOOP(WORD_ANSWERED, WORD_VALUE)
+    return pingpong(buf, base, n, timeout_ns, t0s, rem, t1s, why, 1);
 }
 
 __attribute__((visibility("default")))
 int ca_pingpong(uint64_t buf, uint64_t base, int n, int64_t timeout_ns,
                 int64_t *t0s, int64_t *rem, int64_t *t1s, int *why)
 {
-    volatile uint64_t *req = (volatile uint64_t *)(buf + 0);
-    volatile uint64_t *rseq = (volatile uint64_t *)(buf + 64);
-    volatile uint64_t *rval = (volatile uint64_t *)(buf + 72);
-    volatile uint64_t *ex = (volatile uint64_t *)(buf + 136);
-    *why = 0;
-    PINGPONG_LOOP(FENCED_ANSWERED, FENCED_VALUE)
+    return pingpong(buf, base, n, timeout_ns, t0s, rem, t1s, why, 0);
 }
