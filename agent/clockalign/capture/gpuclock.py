@@ -24,6 +24,12 @@ through ctypes with the GIL released): its best round trip is shorter than the P
 loop's, and the band half-width follows the best round trip.  Where it cannot be built the
 Python loop below is used and ``native_note`` says why; CLOCKALIGN_PINGPONG=python forces it.
 
+The kernel's answer is one 8-byte word, its %globaltimer with the request's low 5 bits in
+place of the timer's (ptx ca_pingpong_word, no fence), wherever the tick kernel's values are
+all multiples of 32 (word_protocol_note); else value, membar.sys, sequence number (ptx
+ca_pingpong), whose fence costs the kernel a round trip per ping.  ``info["pingpong_answer"]``
+says which.
+
 cuda-bindings is imported lazily: ``from cuda.bindings import driver`` (12.8 and later,
 13.x) or ``from cuda import cuda`` (older).  Every CUDA failure is a GpuClockError with one
 sentence; callers fall back or go on CPU-only.
