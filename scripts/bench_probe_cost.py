@@ -28,6 +28,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import signal
@@ -303,14 +304,24 @@ class WatchRecording(Recording):
         # the totals are final once three scrapes over 1.5 s agree (two scrapes 0.3 s apart
         # stopped short on the H200, run h200-8: 59-100 % of the calls, while the VM's
         # watch reached every call 0.3-0.5 s after a 100 000-call burst)
+        # watch --pid ends by itself soon after its target exits (the storm does, once its
+        # calls are done): an empty scrape then means gone, and the last totals are final
         now, t_end, same = self.totals(), time.monotonic() + 30, 0
         while time.monotonic() < t_end and same < 3:
             time.sleep(0.5)
             prev, now = now, self.totals()
+            if not now[0]:
+                now = prev
+                break
             same = same + 1 if now == prev else 0
         counts, drops = now
-        return {**self._end()[0], "size": 0, "counts": counts, "drops": drops,
-                "ring_peak_fill": None}
+        res, err = self._end()
+        # its last line ("watched: N CUDA calls, ..., D dropped; stopped by ...") is final
+        m = re.search(r"watched: (\d+) CUDA calls.*?(\d+) dropped", err)
+        if m:
+            counts["cuda"] = int(m.group(1))
+            res["watch_dropped"] = int(m.group(2))
+        return {**res, "size": 0, "counts": counts, "drops": drops, "ring_peak_fill": None}
 
 
 # ---------------------------------------------------------------- part: micro

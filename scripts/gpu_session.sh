@@ -3,8 +3,8 @@
 #   scripts/gpu_session.sh record OUTDIR   # bundle install, doctor, demo (reference workload),
 #                                          # faults run, idle/busy counters, NVML capture, GPU tests
 #   scripts/gpu_session.sh final OUTDIR    # demo with report and trace, --pid before `import torch`, GPU tests
-#   scripts/gpu_session.sh align OUTDIR    # demo again, NVML capture, a 5-minute recording with a
-#                                          # co-running workload, probe cost
+#   scripts/gpu_session.sh align OUTDIR    # a 5-minute recording with a co-running matmul
+#                                          # loop (its sandwiches, align --json), probe cost
 #   scripts/gpu_session.sh coverage OUTDIR # libcuda entry points reached, clockalign vs CUPTI
 #                                          # counts (results/coverage.md), probe cost per call
 #   scripts/gpu_session.sh overhead OUTDIR # probe cost per call, to a ResNet-18 loop, event
@@ -58,10 +58,7 @@ torch.cuda.synchronize(); print('late', float(x[0]))" > "$out/late-target.txt" 2
     clockalign info "$out/late.ca" | grep -E "events|notice|stopped"
     log gputests; python3 -m pytest -q -ra tests/gpu tests/unit -p no:cacheprovider > "$out/pytest-gpu.txt" 2>&1; tail -6 "$out/pytest-gpu.txt"
 elif [ "$stage" = align ]; then
-    log demo;     clockalign demo -o "$out/demo" > "$out/demo.txt" 2>&1; grep -E "ok  |DIFF" "$out/demo.txt"
-    clockalign dump "$out/demo/demo.ca" > "$out/demo-dump.jsonl" 2>&1
-    log nvml;     timeout 60 python3 scripts/capture_nvml_testdata.py --out "$out/nvml" > "$out/nvml.txt" 2>&1; tail -3 "$out/nvml.txt"
-    log align-record
+    log align-record   # issue 14 item 5: 5 minutes under load, then the probe's cost
     clockalign record -o "$out/align.ca" --duration 300 --gpu-clock-period 0.25 --quiet -- python3 -c "
 import torch,time
 a=torch.randn(4096,4096,device='cuda',dtype=torch.bfloat16); n=0; t=time.time()
@@ -69,11 +66,13 @@ while time.time()-t<310:
     for _ in range(20): a@a
     torch.cuda.synchronize(); n+=20
 print('matmuls', n)" > "$out/align-record.txt" 2>&1; tail -3 "$out/align-record.txt"
-    clockalign info "$out/align.ca" > "$out/align-info.txt" 2>&1
+    clockalign info "$out/align.ca" > "$out/align-info.txt" 2>&1; grep -iE "ping|GPU0|notice" "$out/align-info.txt" | head -8
+    timeout 60 clockalign align "$out/align.ca" --json > "$out/align.json" 2>&1
     python3 scripts/extract_sandwiches.py "$out/align.ca" "$out" >> "$out/align-record.txt" 2>&1
+    xz -T4 "$out/gpu0_sandwiches.csv"; rm -f "$out"/cpu_*_sandwiches.csv "$out/align.ca"
     log probe-cost
     python3 scripts/probe_cost.py --seconds 100 --interval 5 --gpu-period 0.25 --out "$out/cost" > "$out/cost.txt" 2>&1; tail -8 "$out/cost.txt"
-    rm -f "$out/align.ca.xz"; xz -T4 -k "$out/align.ca"
+    rm -f "$out/cost/probe_run.ca"
 elif [ "$stage" = coverage ]; then
     log entrypoints
     timeout 240 python3 scripts/gpu_cuda_entrypoints.py --out "$out/entrypoints.json" -- \
