@@ -156,3 +156,38 @@ def test_old_processes_are_matched_only_in_sweeps_and_a_late_exec_is_found(sleep
     finally:
         sh.kill()
         sh.wait()
+
+
+def test_an_exited_pid_keeps_its_series_for_a_while_then_frees_its_slot(monkeypatch):
+    """A crash loop under --follow: every restart a new pid.  Each exited pid's series stay
+    EXITED_KEEP_NS, then go (and its slot in the pid cap with them); the call total stays."""
+    from clockalign.watch import aggregate
+    monkeypatch.setattr(aggregate, "MAX_PIDS", 4)
+    agg = Aggregator()
+    agg.open({"gpus": [], "targets": [], "cflags": ["-DCA_SCHED"]})
+    keep = aggregate.EXITED_KEEP_NS
+    t = 0
+    for pid in range(100, 110):        # ten restarts, each lives 0.4 of the keep time
+        agg._set_targets([pid], now_ns=t)
+        agg.write_columns(Chunk.EVENTS, events(cuda("cuLaunchKernel", pid=pid),
+                                               cuda("cuMemAlloc_v2", pid=pid, ret=2)))
+        t += int(keep * 0.4)
+    agg._set_targets([110], now_ns=t)
+    snap = agg.snapshot()
+    pids = {k[0] for k in snap["cuda_calls"]}
+    # exited 0, 0.4 and 0.8 of the keep time ago: still there; the others forgotten, and
+    # with them their slots (a cap of 4, 11 pids, none folded into "other")
+    assert pids == {"107", "108", "109"}
+    assert {k[0] for k in snap["offcpu_in_cuda_ns"]} == {"107", "108", "109", "110"}
+    assert snap["folded"]["pid"] == 0 and "other" not in pids
+    assert snap["pids_forgotten"] == 7 and snap["target_exits"] == 10
+    assert snap["cuda_calls_seen"] == 20
+    assert "cuda calls 20" in agg.status_text()
+    m, _ = scrape(agg)
+    assert m[("clockalign_target_series_forgotten_total", ())] == 7
+    assert m[("clockalign_cuda_calls_total", (("function", "cuLaunchKernel"), ("pid", "109"),
+                                              ("result", "CUDA_SUCCESS")))] == 1
+    # a pid that comes back before its series went continues them
+    agg._set_targets([110, 109], now_ns=t + 1)
+    agg._set_targets([110, 109], now_ns=t + keep)
+    assert ("109", "cuLaunchKernel", "CUDA_SUCCESS") in agg.snapshot()["cuda_calls"]

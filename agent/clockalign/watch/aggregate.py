@@ -13,6 +13,7 @@ GPU and at most MAX_PENDING allocation failures waiting for their next free-memo
 """
 import collections
 import threading
+import time
 
 import numpy as np
 
@@ -27,6 +28,10 @@ from .histogram import (CONNECT_BOUNDS_NS, CUDA_CALL_BOUNDS_NS, MODULE_LOAD_BOUN
 
 OTHER = "other"
 MAX_PIDS = 256              # distinct pid label values (followed children can be many)
+# an exited target's series stay this long (Prometheus scrapes their last values, the rules'
+# windows see the end), then go and free their pid slot: a crash loop under --follow would
+# otherwise fill MAX_PIDS with the dead and count every later process as "other"
+EXITED_KEEP_NS = 300_000_000_000
 MAX_PEERS = 64              # distinct connect() peers
 MAX_RESULTS = 64            # distinct CUDA results / errno names
 MAX_PENDING = 1024          # allocation failures waiting for the free-memory sample after them
@@ -52,6 +57,9 @@ class Capped:
         self.limit = limit
         self.seen = set()
         self.folded = 0           # values turned into "other"
+
+    def release(self, value: str) -> None:
+        self.seen.discard(value)
 
     def __call__(self, value: str) -> str:
         if value in self.seen:
@@ -104,6 +112,9 @@ class Aggregator:
         self.targets = set()                            # tgids attached now
         self.targets_attached = 0                       # attached since the start
         self.target_exits = 0                           # attached ones that exited
+        self._exited = {}                               # pid label -> when it exited (mono ns)
+        self.pids_forgotten = 0                         # exited pids whose series went
+        self.cuda_calls_seen = 0                        # every call, forgotten pids' too
 
     # ------------------------------------------------------------- the sink interface
     def open(self, meta: dict) -> None:
@@ -153,17 +164,38 @@ class Aggregator:
             self._gpu_clock(cols)
 
     # ------------------------------------------------------------- targets
-    def _set_targets(self, pids):
+    def _set_targets(self, pids, now_ns=None):
         """The tgids attached now (the recorder's STATUS rows say, each second and at once
-        when --follow attaches or loses one): counts arrivals and exits, and gives each
-        new one its series at 0."""
+        when --follow attaches or loses one): counts arrivals and exits, gives each new one
+        its series at 0, and forgets the series of those that exited EXITED_KEEP_NS ago."""
+        now_ns = time.monotonic_ns() if now_ns is None else now_ns
         now = {int(p) for p in pids}
-        new = now - self.targets
-        self.target_exits += len(self.targets - now)
+        new, gone = now - self.targets, self.targets - now
+        self.target_exits += len(gone)
         self.targets_attached += len(new)
         self.targets = now
+        for pid in gone:
+            self._exited[str(pid)] = now_ns
+        for pid in new:
+            self._exited.pop(str(pid), None)        # a reused pid continues its series
+        for label, t in list(self._exited.items()):
+            if now_ns - t >= EXITED_KEEP_NS:        # before the new ones take their slots
+                self._forget(label)
         for pid in sorted(new):
             self._zero_series(pid)
+
+    def _forget(self, label):
+        """Every series of one exited pid goes (each pid-labelled family's first label)."""
+        del self._exited[label]
+        if label == OTHER or label not in self._pid.seen:
+            return
+        for series in (self.cuda_calls, self.offcpu_in_cuda_ns, self.connects,
+                       self.tcp_resets, self.tcp_retransmits, self.alloc_failures,
+                       self.fragmentation, self.fragmentation_unjudged):
+            for key in [k for k in series if k[0] == label]:
+                del series[key]
+        self._pid.release(label)
+        self.pids_forgotten += 1
 
     def _zero_series(self, pid):
         """Series whose label values are known once a process is attached, at 0: a counter
@@ -225,6 +257,7 @@ class Aggregator:
         keys, counts = np.unique(np.stack([e["pid"].astype(np.int64), e["code"].astype(np.int64),
                                            e["ret"].astype(np.int64)], axis=1),
                                  axis=0, return_counts=True)
+        self.cuda_calls_seen += len(e["ts"])
         for (pid, fid, ret), n in zip(keys.tolist(), counts.tolist()):
             self.cuda_calls[(self._pid(str(pid)), cuda_api.function_name(fid),
                              self._result(cuda_result_name(ret)))] += n
@@ -378,14 +411,15 @@ class Aggregator:
                 "gpus": list(self.gpus),
                 "armed": self.armed and not self.closed,
                 "targets": len(self.targets), "targets_attached": self.targets_attached,
-                "target_exits": self.target_exits,
+                "target_exits": self.target_exits, "pids_forgotten": self.pids_forgotten,
+                "cuda_calls_seen": self.cuda_calls_seen,
                 "folded": {"pid": self._pid.folded, "peer": self._peer.folded,
                            "result": self._result.folded},
             }
 
     def status_text(self) -> str:
         with self._lock:
-            calls = sum(self.cuda_calls.values())
+            calls = self.cuda_calls_seen
             failed = sum(n for (_, _, r), n in self.cuda_calls.items() if r != "CUDA_SUCCESS")
             allocs = sum(self.alloc_failures.values())
         return (f"cuda calls {calls} ({failed} failed, {allocs} allocation failures)  "

@@ -95,6 +95,8 @@ HELP = {
                 "service's successor counts once more.",
     "exits": "Target processes that exited while watched (with --follow watch stays up and "
              "attaches to the successor).",
+    "forgotten": "Exited target processes whose series were dropped 5 minutes after the "
+                 "exit (a crash loop under --follow would otherwise fill the pid label's cap).",
     "folded": "Label values folded into 'other' because a label reached its cap.",
     "reasons": "Clock event (throttle) reasons set at the latest sample, one series per "
                "reason: 1 while it holds the clocks down (PromQL has no bitwise and).",
@@ -178,6 +180,8 @@ class WatchCollector:
         yield _counter("clockalign_targets_attached", HELP["attached"], [],
                        [((), s["targets_attached"])])
         yield _counter("clockalign_target_exits", HELP["exits"], [], [((), s["target_exits"])])
+        yield _counter("clockalign_target_series_forgotten", HELP["forgotten"], [],
+                       [((), s["pids_forgotten"])])
         yield from _gpu_gauges(s["counters"], s["gpus"])
 
 

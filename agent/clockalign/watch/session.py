@@ -52,4 +52,4 @@ def run_watch(opts, listen: str, announce=None) -> dict:
         server.shutdown()
         server.server_close()
     return {**summary, "scrapes": collector.scrapes, "url": url,
-            "cuda_calls": sum(agg.cuda_calls.values())}
+            "cuda_calls": agg.cuda_calls_seen}
