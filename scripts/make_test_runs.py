@@ -3,6 +3,7 @@
 and test_faults*).  Deterministic: the same bytes every time.
 
     .venv/bin/python scripts/make_test_runs.py            # writes tests/data/synthetic/*.ca
+    .venv/bin/python scripts/make_test_runs.py --out DIR  # somewhere else (to compare)
 
 faults.ca     one target (pid 4242, threads 4242 "python" and 4250 "pt_worker") and a second
               one (pid 5000) over 1.2 s from T0 = 5000 s MONOTONIC, no clock samples:
@@ -24,6 +25,7 @@ faults_truncated.ca   faults.ca cut in the middle of its last chunk (no trailer)
 aligned.ca    faults.ca's counters plus CPU_CLOCK REALTIME sandwiches (±400 ns around
               REAL_OFFSET), for the real clockalign.align.fit_run.
 """
+import argparse
 import os
 import struct
 import sys
@@ -39,6 +41,9 @@ from clockalign.store.schema import (CUDA_FN_BY_NAME, EVENT_DTYPE, Chunk,  # noq
 from clockalign.store.writer import RunWriter  # noqa: E402
 
 OUT = os.path.join(ROOT, "tests", "data", "synthetic")
+# run-file format 1, as committed: the one real-data input of the reader's format-1 path
+# (tests/unit/test_fuzz_runfile.py rewrites it in format 2 itself)
+FORMAT = 1
 T0 = 5_000_000_000_000
 MS = 1_000_000
 US = 1_000
@@ -154,7 +159,7 @@ def make_faults(path):
     evs = fault_events()
     rng = np.random.default_rng(23)
     order = rng.permutation(len(evs))    # the recorder's chunks are not globally sorted
-    with RunWriter(path, META) as w:
+    with RunWriter(path, META, format_version=FORMAT) as w:
         w.write_rows(Chunk.THREADS, [{"pid": PID, "tid": PID, "comm": "python", "t_ns": T0},
                                      {"pid": OTHER, "tid": OTHER, "comm": "server", "t_ns": T0}])
         write_events(w, evs, order)
@@ -176,7 +181,7 @@ def make_truncated(src, path):
 def make_aligned(path):
     t = T0 - 100 * MS + np.arange(0, 1500, dtype=np.int64) * MS
     jitter = (np.arange(len(t)) * 7919) % 300
-    with RunWriter(path, dict(META, targets=[])) as w:
+    with RunWriter(path, dict(META, targets=[]), format_version=FORMAT) as w:
         w.write_columns(Chunk.CPU_CLOCK, {
             "domain": np.full(len(t), int(ClockDomain.REALTIME), dtype=np.uint8),
             "t0": t - 400 - jitter, "remote": t + REAL_OFFSET, "t1": t + 400 + jitter})
@@ -185,13 +190,16 @@ def make_aligned(path):
 
 
 def main():
-    os.makedirs(OUT, exist_ok=True)
-    faults = os.path.join(OUT, "faults.ca")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=OUT, help=f"directory for the run files (default {OUT})")
+    out = ap.parse_args().out
+    os.makedirs(out, exist_ok=True)
+    faults = os.path.join(out, "faults.ca")
     make_faults(faults)
-    make_truncated(faults, os.path.join(OUT, "faults_truncated.ca"))
-    make_aligned(os.path.join(OUT, "aligned.ca"))
-    for name in sorted(os.listdir(OUT)):
-        print(os.path.join(OUT, name), os.path.getsize(os.path.join(OUT, name)))
+    make_truncated(faults, os.path.join(out, "faults_truncated.ca"))
+    make_aligned(os.path.join(out, "aligned.ca"))
+    for name in ("faults.ca", "faults_truncated.ca", "aligned.ca"):
+        print(os.path.join(out, name), os.path.getsize(os.path.join(out, name)))
 
 
 if __name__ == "__main__":
