@@ -65,10 +65,17 @@ def test_refused_connect_is_a_received_reset_and_sync_waits_are_inside_cuda(fake
     syncs = cuda[np.isin(cuda["code"], cuda_api.ids("sync"))]
     sched = ev[ev["kind"] == Kind.SCHED]
     inside = sched[sched["a3"] != 0]
+    drops = (RunReader(out).trailer or {}).get("drops")
     for c in syncs:
         m = inside[(inside["tid"] == c["tid"]) & (inside["ts"] >= c["ts"])
                    & (inside["ts"] <= c["ts"] + c["dur"])]
-        assert len(m) >= 1 and set(m["a3"].tolist()) == {int(c["code"])}, c
+        # (failed once on a loaded VM: a 6.5 ms synchronize with nothing inside; the message
+        # says what the thread's off-CPU records around it were, and the run's drops)
+        near = sched[(sched["tid"] == c["tid"]) & (sched["ts"] >= c["ts"] - 10**7)
+                     & (sched["ts"] <= c["ts"] + c["dur"] + 10**7)]
+        assert len(m) >= 1 and set(m["a3"].tolist()) == {int(c["code"])}, (
+            c, [(int(r["ts"] - c["ts"]), int(r["dur"]), int(r["code"]), int(r["a3"]))
+                for r in near], drops)
     assert len(inside) >= len(syncs)
     # the 300 ms sleep and other off-CPU time outside CUDA calls carry no call
     outside = sched[(sched["a3"] == 0) & (sched["tid"] == info["tid_main"])]
