@@ -3,6 +3,8 @@
 #   scripts/gpu_activity.sh smoke OUTDIR    # build the CUPTI injection library and the native
 #                                           # ping-pong; short raw and converted stamp-kernel
 #                                           # runs; native vs Python probe; ResNet-18 under it
+#   scripts/gpu_activity.sh converted OUTDIR  # converted vs raw timestamps, each under a
+#                                           # watchdog that writes a hang's stacks
 #   scripts/gpu_activity.sh measure OUTDIR  # (a) raw CUPTI vs in-kernel %globaltimer,
 #                                           # (b) mapped kernels inside launch..sync,
 #                                           # (c) 300 s converted CUPTI vs clockalign's mapping
@@ -65,6 +67,40 @@ if [ "$stage" = smoke ]; then
         python3 scripts/bench/resnet_loop.py --seconds 8 --log "$out/resnet.log" > "$out/resnet.txt" 2>&1
     tail -3 "$out/resnet.txt"; clockalign info "$out/resnet.ca" 2>&1 | grep -iE "gpu_|notice|cupti|stopped" | head
     rm -f "$out/resnet.ca"
+elif [ "$stage" = converted ]; then
+    # --gpu-activity-timestamps converted hung once (results/gpu-activity.md): each mode
+    # under a 90 s watchdog that, on a hang, writes every thread's state and kernel stack and
+    # has the recorder and the workload print their Python stacks (SIGUSR1, faulthandler)
+    FH='import faulthandler,signal,sys; faulthandler.register(signal.SIGUSR1, all_threads=True); sys.argv[0]="clockalign"; from clockalign.cli.main import main; main()'
+    tree() { local p; for p in $(pgrep -P "$1"); do echo "$p"; tree "$p"; done; }
+    for mode in converted raw; do
+        log "$mode"
+        python3 -c "$FH" record --gpu-activity --gpu-activity-timestamps "$mode" \
+            -o "$out/$mode.ca" --quiet -- python3 scripts/gpu_stamp_workload.py --seconds 5 \
+            --out "$out/$mode-stamps.npz" > "$out/$mode-record.txt" 2>&1 &
+        rp=$!
+        for _ in $(seq 90); do kill -0 $rp 2>/dev/null || break; sleep 1; done
+        if kill -0 $rp 2>/dev/null; then
+            echo "$mode: still running after 90 s"
+            for p in $rp $(tree $rp); do
+                echo "## $p $(tr '\0' ' ' < /proc/$p/cmdline)"
+                for t in /proc/$p/task/*; do
+                    echo "# task ${t##*/} $(cat $t/comm) $(awk '{print $3}' $t/stat) wchan=$(cat $t/wchan)"
+                    cat $t/stack 2>/dev/null | head -12
+                done
+                case "$(cat /proc/$p/comm)" in python*) kill -USR1 $p;; esac
+            done > "$out/$mode-hang.txt" 2>&1
+            sleep 3; kill -INT $rp; sleep 5; pkill -KILL -P $rp; kill -KILL $rp 2>/dev/null
+        fi
+        wait $rp; echo "record rc=$?"; tail -4 "$out/$mode-record.txt"
+        timeout 60 clockalign info "$out/$mode.ca" > "$out/$mode-info.txt" 2>&1
+        grep -iE "gpu_|cupti|notice|stopped|timestamps" "$out/$mode-info.txt" | head -8
+        timeout 60 clockalign dump "$out/$mode.ca" 2>&1 | grep -m2 gpu_kernel
+        timeout 120 python3 scripts/gpu_activity_check.py --run "$out/$mode.ca" \
+            --stamps "$out/$mode-stamps.npz" --out "$out/check-$mode.json" > "$out/check-$mode.txt" 2>&1
+        echo "check rc=$?"; tail -12 "$out/check-$mode.txt"
+    done
+    rm -f "$out"/*.ca
 elif [ "$stage" = measure ]; then
     # 5-minute recording under load (bf16 matmuls + self-stamping kernels), raw timestamps:
     # (a), (b) and the alignment rerun; torch.profiler's converted times for (c) from a second

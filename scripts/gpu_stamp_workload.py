@@ -13,8 +13,10 @@ matmul loop (workloads/matmul_loop.load_until) running on another thread as load
     python3 scripts/gpu_stamp_workload.py --seconds 60 --out stamps.npz
 """
 import argparse
+import faulthandler
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -28,6 +30,7 @@ from clockalign.workloads.selfstamp import Stamper  # noqa: E402
 
 
 def main():
+    faulthandler.register(signal.SIGUSR1, all_threads=True)   # a hang's Python stacks
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--per-sync", type=int, default=8)
