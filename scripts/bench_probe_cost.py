@@ -225,16 +225,22 @@ class Recording:
             return 0.0
         return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
-    def _end(self):
-        """SIGINT the recorder and reap it: (what every recording reports of its process,
-        its stderr)."""
+    def _end(self, grace_s=0.0):
+        """Reap the recorder, SIGINT first unless it ends by itself within grace_s: (what
+        every recording reports of its process, its stderr)."""
         early = self.p.returncode is not None
         ru = None
         if not early:
-            # os.kill, not Popen.send_signal: that polls first and would reap a recorder
-            # that already ended by itself, leaving wait4 nothing to report
-            os.kill(self.p.pid, signal.SIGINT)
-            _, status, ru = os.wait4(self.p.pid, 0)
+            t_end, pid = time.monotonic() + grace_s, 0
+            while not pid and time.monotonic() < t_end:
+                pid, status, ru = os.wait4(self.p.pid, os.WNOHANG)
+                if not pid:
+                    time.sleep(0.05)
+            if not pid:
+                # os.kill, not Popen.send_signal: that polls first and would reap a recorder
+                # that already ended by itself, leaving wait4 nothing to report
+                os.kill(self.p.pid, signal.SIGINT)
+                _, status, ru = os.wait4(self.p.pid, 0)
             self.p.returncode = os.waitstatus_to_exitcode(status)
         err = self.p.stderr.read()
         return {"returncode": self.p.returncode, "exited_early": early,
@@ -315,7 +321,9 @@ class WatchRecording(Recording):
                 break
             same = same + 1 if now == prev else 0
         counts, drops = now
-        res, err = self._end()
+        # its target has exited (the storm is reaped before stop()): watch ends by itself,
+        # and a SIGINT in its last moments would kill it (-2) before its summary line
+        res, err = self._end(grace_s=30.0)
         # its last line ("watched: N CUDA calls, ..., D dropped; stopped by ...") is final
         m = re.search(r"watched: (\d+) CUDA calls.*?(\d+) dropped", err)
         if m:
