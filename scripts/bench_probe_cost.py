@@ -581,6 +581,7 @@ def part_model(rounds, window_s, settle_s, only=None):
     samples = progress_log.read(log)
     for w in windows:
         w["it_per_s"] = progress_log.rate(samples, w["t0"], w["t1"])
+        w["cpu_ns_per_it"] = progress_log.cpu_per_item(samples, w["t0"], w["t1"])
         if w.get("cuda_events_in_window") and w["it_per_s"]:
             w["calls_per_iteration"] = w["cuda_events_in_window"] / (
                 w["it_per_s"] * (w["t1"] - w["t0"]) / 1e9)
@@ -588,24 +589,33 @@ def part_model(rounds, window_s, settle_s, only=None):
     shutil.rmtree(tmp, ignore_errors=True)
     by = {c: summarize([w["it_per_s"] for w in windows if w["config"] == c]) for c in configs}
     cpi = [w["calls_per_iteration"] for w in windows if w.get("calls_per_iteration")]
-    def per_round(c, ref):
+    def per_round(c, ref, key="it_per_s", invert=False):
         # per round, against the same round's reference window: drift cancels
         rs = []
         for rnd in range(rounds):
-            a = [w["it_per_s"] for w in windows if w["round"] == rnd and w["config"] == c]
-            p = [w["it_per_s"] for w in windows if w["round"] == rnd and w["config"] == ref]
+            a = [w.get(key) for w in windows if w["round"] == rnd and w["config"] == c]
+            p = [w.get(key) for w in windows if w["round"] == rnd and w["config"] == ref]
             if a and p and a[0] and p[0]:
-                rs.append(a[0] / p[0])
+                rs.append(p[0] / a[0] if invert else a[0] / p[0])
         return summarize(rs)
     ratio = {c: per_round(c, "plain") for c in configs[1:]}
     # the issue's goal: a full recording at >= 0.97x the empty programs' speed
-    to_empty = ({c: per_round(c, "pair_empty_multi") for c in configs
-                 if c not in ("plain", "pair_empty_multi")}
+    others = [c for c in configs if c not in ("plain", "pair_empty_multi")]
+    to_empty = ({c: per_round(c, "pair_empty_multi") for c in others}
                 if "pair_empty_multi" in configs else {})
+    # the same from the driver-calling thread's CPU time per iteration (ref / config, so
+    # that below 1 is slower, like the rate): what the probes add to that thread
+    cpu = {c: summarize([w["cpu_ns_per_it"] for w in windows
+                         if w["config"] == c and w.get("cpu_ns_per_it")]) for c in configs}
+    cpu_to_empty = ({c: per_round(c, "pair_empty_multi", "cpu_ns_per_it", True)
+                     for c in others} if "pair_empty_multi" in configs else {})
+    cpu_to_plain = {c: per_round(c, "plain", "cpu_ns_per_it", True) for c in configs[1:]}
     return {"workload": ready, "libcuda": lib, "first_instructions": firsts,
             "window_s": window_s, "settle_s": settle_s,
             "rounds": rounds, "windows": windows, "it_per_s": by, "ratio_to_plain": ratio,
-            "ratio_to_empty": to_empty, "calls_per_iteration": statistics.median(cpi) if cpi else None}
+            "ratio_to_empty": to_empty, "cpu_ns_per_it": cpu, "cpu_ratio_to_plain": cpu_to_plain,
+            "cpu_ratio_to_empty": cpu_to_empty,
+            "calls_per_iteration": statistics.median(cpi) if cpi else None}
 
 
 def cuda_events_between(path, t0, t1):
@@ -750,6 +760,21 @@ def render(res) -> str:
                        f"{cell(mo['ratio_to_plain'].get(c))} | "
                        f"{cell(mo.get('ratio_to_empty', {}).get(c))} |")
         out.append("")
+        cpu = {c: s for c, s in (mo.get("cpu_ns_per_it") or {}).items() if s}
+        if cpu:
+            out += ["The same windows by the CPU time of the thread that makes the driver calls "
+                    "(the probes' traps and programs run in it; time the host gives to others "
+                    "does not count): ratios are reference ÷ configuration, so below 1 is "
+                    "slower, like the rate.", "",
+                    "| configuration | thread CPU µs per iteration, median (min–max) | CPU "
+                    "ratio to plain, per round | CPU ratio to the empty programs, per round |",
+                    "|---|---|---|---|"]
+            for c, s in cpu.items():
+                out.append(f"| {c} | {s['median'] / 1e3:.1f} ({s['min'] / 1e3:.1f}–"
+                           f"{s['max'] / 1e3:.1f}) | "
+                           f"{cell((mo.get('cpu_ratio_to_plain') or {}).get(c))} | "
+                           f"{cell((mo.get('cpu_ratio_to_empty') or {}).get(c))} |")
+            out.append("")
     elif mo:
         out += [f"## ResNet-18: skipped ({mo['skipped']})", ""]
     sm = res.get("storm")

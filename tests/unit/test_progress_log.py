@@ -14,3 +14,16 @@ def test_rate_over_a_window(tmp_path):
     whole = progress_log.rate(samples, 0, 2_000_000_000)
     assert abs(whole - 220 / 0.2) < 1e-9          # (240 - 20) over 200 ms
     assert progress_log.rate(samples, 1_105_000_000, 1_150_000_000) is None
+
+
+def test_cpu_per_item_from_the_third_column(tmp_path):
+    log = tmp_path / "r.log"
+    # 10 iterations a line, 2 ms of thread CPU each iteration, then a line with 30 ms more
+    lines = [(10**9 + k * 25_000_000, 10 * (k + 1), 3_000_000 + k * 20_000_000) for k in range(5)]
+    lines.append((lines[-1][0] + 25_000_000, lines[-1][1] + 10, lines[-1][2] + 50_000_000))
+    log.write_text("".join(f"{t} {n} {c}\n" for t, n, c in lines))
+    samples = progress_log.read(log)
+    assert progress_log.rate(samples, 0, lines[4][0]) == 400.0   # 40 over 100 ms
+    assert progress_log.cpu_per_item(samples, 0, lines[4][0]) == 2_000_000
+    assert progress_log.cpu_per_item(samples, 0, 10**10) == (80_000_000 + 50_000_000) / 50
+    assert progress_log.cpu_per_item([(0, 0), (10**9, 5)], 0, 10**9) is None   # no CPU column

@@ -3,7 +3,8 @@ resnet18 with random weights, fp16, batch 1, eager, inference_mode, 50 warm-up i
 torch.cuda.synchronize() every 10 iterations.
 
 Logged (scripts/bench/resnet_loop.py, for scripts/bench_probe_cost.py): after each
-synchronize it logs "MONOTONIC_ns iterations" to LOG, until --seconds or SIGTERM, so the
+synchronize it logs "MONOTONIC_ns iterations thread_CPU_ns" to LOG (the CPU time of the
+thread that makes every driver call), until --seconds or SIGTERM, so the
 driver can cut the log into windows while it attaches and detaches probe configurations on
 this one warm process.  Throughput (scripts/bench/gpu_activity_cost.py): iterations per
 second over --seconds, optionally under torch.profiler, printed as "RESULT {json}".
@@ -44,7 +45,7 @@ def logged(seconds: float, log_path: str, stop: list) -> int:
                     model(x)
                 torch.cuda.synchronize()
                 n += 10
-                log.write(f"{time.monotonic_ns()} {n}\n")
+                log.write(f"{time.monotonic_ns()} {n} {time.thread_time_ns()}\n")
     return n
 
 
