@@ -13,6 +13,8 @@
 #                                          # the 2 M/s storm on the current recorder, watch's
 #                                          # probe cost beside record's, ResNet-18 plain / empty
 #                                          # programs / clockalign in the time that is left
+#   scripts/gpu_session.sh cost OUTDIR     # ResNet-18 (rate and launching thread's CPU
+#                                          # time) in COST_ROUNDS rounds, then the micro
 # Needs root, the offline bundle at .bundle/ (scripts/make_bundle.sh) and python3 with torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -112,6 +114,17 @@ elif [ "$stage" = rerun ]; then
             --window 3 --configs plain,pair_empty_multi,clockalign_full --out "$out/model" \
             > "$out/model.txt" 2>&1; echo "model rc=$?"; grep -E '^\|' "$out/model/overhead.md"
     fi
+elif [ "$stage" = cost ]; then
+    # ResNet-18 plain / empty programs / clockalign for COST_ROUNDS (default 14) rounds, by
+    # rate and by the launching thread's CPU time; then the per-call micro with watch
+    log model
+    timeout 430 python3 scripts/bench_probe_cost.py --parts model --rounds "${COST_ROUNDS:-14}" \
+        --window 3 --configs plain,pair_empty_multi,clockalign_full --out "$out/model" \
+        > "$out/model.txt" 2>&1; echo "model rc=$?"; grep -E '^\|' "$out/model/overhead.md"
+    log micro
+    timeout 130 python3 scripts/bench_probe_cost.py --parts micro --rounds 5 --calls 100000 \
+        --configs pair_empty_multi,clockalign_full,watch --out "$out/micro" \
+        > "$out/micro.txt" 2>&1; echo "micro rc=$?"; grep -E '^\|' "$out/micro/overhead.md"
 fi
 log pack
 tar -C "$out" --exclude=align.ca --exclude=standin -cJf "$out.tar.xz" . && ls -la "$out.tar.xz"
