@@ -1,5 +1,5 @@
 """ResNet-18 inference loop for the probe-cost benchmark (scripts/bench_probe_cost.py): after
-every 10 iterations it logs "MONOTONIC_ns iterations" to LOG (clockalign/workloads/resnet_loop.py
+every 10 iterations it logs "MONOTONIC_ns iterations thread_CPU_ns" to LOG (clockalign/workloads/resnet_loop.py
 says what it runs).
 
     python3 scripts/bench/resnet_loop.py --seconds 120 --log /tmp/resnet.log
