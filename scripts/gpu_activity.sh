@@ -73,15 +73,17 @@ elif [ "$stage" = converted ]; then
     # has the recorder and the workload print their Python stacks (SIGUSR1, faulthandler)
     FH='import faulthandler,signal,sys; faulthandler.register(signal.SIGUSR1, all_threads=True); sys.argv[0]="clockalign"; from clockalign.cli.main import main; main()'
     tree() { local p; for p in $(pgrep -P "$1"); do echo "$p"; tree "$p"; done; }
-    for mode in converted raw; do
+    # CONV_S (default 5) seconds of stamp kernels; MODES (default "converted raw");
+    # STAMP_OPTS: more scripts/gpu_stamp_workload.py options (e.g. "--round-sleep-ms 2")
+    for mode in ${MODES:-converted raw}; do
         log "$mode"
         python3 -c "$FH" record --gpu-activity --gpu-activity-timestamps "$mode" \
-            -o "$out/$mode.ca" --quiet -- python3 scripts/gpu_stamp_workload.py --seconds 5 \
-            --out "$out/$mode-stamps.npz" > "$out/$mode-record.txt" 2>&1 &
+            -o "$out/$mode.ca" --quiet -- python3 scripts/gpu_stamp_workload.py --seconds "${CONV_S:-5}" \
+            --out "$out/$mode-stamps.npz" ${STAMP_OPTS:-} > "$out/$mode-record.txt" 2>&1 &
         rp=$!
-        for _ in $(seq 90); do kill -0 $rp 2>/dev/null || break; sleep 1; done
+        for _ in $(seq $((${CONV_S:-5} + 85))); do kill -0 $rp 2>/dev/null || break; sleep 1; done
         if kill -0 $rp 2>/dev/null; then
-            echo "$mode: still running after 90 s"
+            echo "$mode: still running $((${CONV_S:-5} + 85)) s later"
             for p in $rp $(tree $rp); do
                 echo "## $p $(tr '\0' ' ' < /proc/$p/cmdline)"
                 for t in /proc/$p/task/*; do
@@ -100,7 +102,7 @@ elif [ "$stage" = converted ]; then
             --stamps "$out/$mode-stamps.npz" --out "$out/check-$mode.json" > "$out/check-$mode.txt" 2>&1
         echo "check rc=$?"; tail -12 "$out/check-$mode.txt"
     done
-    rm -f "$out"/*.ca
+    rm -f "$out"/*.ca "$out"/*-stamps.npz
 elif [ "$stage" = measure ]; then
     # 5-minute recording under load (bf16 matmuls + self-stamping kernels), raw timestamps:
     # (a), (b) and the alignment rerun; torch.profiler's converted times for (c) from a second
