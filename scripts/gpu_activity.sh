@@ -99,7 +99,8 @@ elif [ "$stage" = converted ]; then
         grep -iE "gpu_|cupti|notice|stopped|timestamps" "$out/$mode-info.txt" | head -8
         timeout 60 clockalign dump "$out/$mode.ca" 2>&1 | grep -m2 gpu_kernel
         timeout 120 python3 scripts/gpu_activity_check.py --run "$out/$mode.ca" \
-            --stamps "$out/$mode-stamps.npz" --out "$out/check-$mode.json" > "$out/check-$mode.txt" 2>&1
+            --stamps "$out/$mode-stamps.npz" --out "$out/check-$mode.json" --plot "$out/$mode.png" \
+            > "$out/check-$mode.txt" 2>&1
         echo "check rc=$?"; tail -12 "$out/check-$mode.txt"
     done
     rm -f "$out"/*.ca "$out"/*-stamps.npz
