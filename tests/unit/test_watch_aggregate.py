@@ -362,3 +362,34 @@ def test_listen_addresses():
             serve(reg, "127.0.0.1", s.getsockname()[1])
     finally:
         s.close()
+
+
+def test_call_counts_pack_or_fall_back_row_wise():
+    """pid x function x result counts: packed into one int64 key where the results fit 16
+    bits, row-wise otherwise; both give the same counts."""
+    rng = np.random.default_rng(1)
+    n = 5000
+    pid = rng.choice([7, 70000, 4_000_000_000], n).astype(np.uint32)
+    code = rng.choice([FN["cuLaunchKernel"], FN["cuMemAlloc_v2"]], n).astype(np.uint16)
+    ret = rng.choice([0, 2, 700, 999], n).astype(np.int32)
+    def counted():
+        want = {}
+        for p, c, r in zip(pid.tolist(), code.tolist(), ret.tolist()):
+            want[(p, c, r)] = want.get((p, c, r), 0) + 1
+        return want
+    assert dict(aggregate._call_counts(pid, code, ret)) == counted()
+    ret[0] = -5                                      # not a CUresult: the row-wise way
+    assert dict(aggregate._call_counts(pid, code, ret)) == counted()
+
+
+def test_a_batch_of_only_cuda_calls_and_a_mixed_one_count_the_same():
+    rows = [cuda("cuLaunchKernel", pid=5, dur=2000 + i) for i in range(300)]
+    a, b = Aggregator(), Aggregator()
+    a.open({}), b.open({})
+    a.write_columns(Chunk.EVENTS, events(*rows))
+    b.write_columns(Chunk.EVENTS, events(*rows, {"kind": Kind.SCHED, "pid": 5, "tid": 5,
+                                                 "dur": 10, "a3": 0}))
+    sa, sb = a.snapshot(), b.snapshot()
+    assert sa["cuda_calls"] == sb["cuda_calls"] == {("5", "cuLaunchKernel", "CUDA_SUCCESS"): 300}
+    assert sa["cuda_duration"]["cuLaunchKernel"].count == 300
+    assert sb["events"] == {"cuda": 300, "sched": 1}
