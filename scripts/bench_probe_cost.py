@@ -422,6 +422,7 @@ def part_micro(lib, storm, rounds, calls, only=None):
                 recorders[cfg].append({"cpu_s": r["cpu_user_s"] + r["cpu_sys_s"],
                                        "max_rss_mb": r["max_rss_mb"],
                                        "cuda_events": (r["counts"] or {}).get("cuda"),
+                                       "drops_by_kind": r["drops"] or {},
                                        "returncode": r["returncode"]})
             elif cfg in objs:
                 lost[cfg].append(_lost(objs[cfg]) - lost0)
