@@ -104,3 +104,15 @@ def test_render_sets_the_p99_factor_only_there():
     assert rules.render() == rules.rules_text()
     with pytest.raises(ClockalignError, match="more than 1"):
         rules.render(0.5)
+
+
+def test_the_context_lost_alert_names_every_sticky_cuda_result_and_no_other():
+    """ClockalignCudaContextLost's result regex = timeline/codes.py's STICKY_CURESULTS."""
+    from clockalign.timeline.codes import CURESULT_NAMES, STICKY_CURESULTS
+    rule = next(r for g in yaml.safe_load(rules.render())["groups"] for r in g["rules"]
+                if r["alert"] == "ClockalignCudaContextLost")
+    regexes = set(re.findall(r'result=~"([^"]+)"', rule["expr"]))
+    assert len(regexes) == 1
+    sticky = regexes.pop()
+    matched = {c for c, name in CURESULT_NAMES.items() if re.fullmatch(sticky, name)}
+    assert matched == set(STICKY_CURESULTS)
