@@ -230,3 +230,38 @@ def test_allocation_failures_page_through_prometheus_and_alertmanager(fakecuda, 
     assert watch.returncode == 0, err
     assert "stopped by SIGTERM" in err and "Traceback" not in err
     assert time.monotonic() - t_start < 90
+
+
+def test_a_sticky_cuda_error_pages_as_a_lost_context(fakecuda, servers):
+    """The target's launches answer 700 (CUDA_ERROR_ILLEGAL_ADDRESS) three times: the shipped
+    ClockalignCudaContextLost reaches the receiver with the pid and the result."""
+    env = dict(os.environ, LD_LIBRARY_PATH=str(fakecuda))
+    watch = subprocess.Popen(clockalign_cmd(
+        "watch", "--listen", f"127.0.0.1:{servers['watch']}", "--counters", "none",
+        "--no-gpu-clock", "--quiet", "--", str(fakecuda / "target"), "--sticky", "3",
+        "--hang-ms", "60000"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env)
+    try:
+        pid = str(json.loads(watch.stdout.readline())["pid"])
+        url = f"http://127.0.0.1:{servers['watch']}/metrics"
+        text = wait_http(url, 30, watch, contains='result="CUDA_ERROR_ILLEGAL_ADDRESS"')
+        m = samples(text)
+        assert m[("clockalign_cuda_calls_total", (("function", "cuLaunchKernel"), ("pid", pid),
+                                                  ("result", "CUDA_ERROR_ILLEGAL_ADDRESS")))] == 3
+        deadline = time.monotonic() + 45
+        lost = []
+        while time.monotonic() < deadline and not lost:
+            lost = [a for post in Receiver.posts for a in post["alerts"]
+                    if a["labels"]["alertname"] == "ClockalignCudaContextLost"
+                    and a["status"] == "firing"]
+            time.sleep(0.25)
+        assert lost, f"no ClockalignCudaContextLost at the receiver: {Receiver.posts}"
+        a = lost[0]
+        assert (a["labels"]["pid"], a["labels"]["result"], a["labels"]["severity"]) == (
+            pid, "CUDA_ERROR_ILLEGAL_ADDRESS", "critical")
+        assert "context cannot be used any more" in a["annotations"]["description"]
+    finally:
+        if watch.poll() is None:
+            os.kill(watch.pid, signal.SIGTERM)
+        _, err = watch.communicate(timeout=30)
+    assert watch.returncode == 0, err

@@ -2,13 +2,14 @@
  * two threads, then connect() to a listener and to a closed port, then a known sleep.
  *
  *   target [--wait] [--dlopen] [--connect PORT_OPEN PORT_CLOSED] [--sleep-ms N] [--exit N]
- *           [--hang-ms N] [--burst N]
+ *           [--hang-ms N] [--burst N] [--sticky N]
  * --wait: block until a line arrives on stdin (the test attaches the recorder first).
  * --dlopen: load libcuda.so.1 only after the wait, like `import torch` does.
  * Counts: 23 launches (12 cuLaunchKernel on thread A, 11 cuLaunchKernelEx on thread B),
  * 5 cuMemAlloc_v2 of which 2 return OUT_OF_MEMORY, 3 cuMemFree_v2, 2 HtoD, 2 DtoH,
  * 1 cuMemcpyAsync, 2 cuStreamSynchronize, 1 cuCtxSynchronize, 1 cuEventSynchronize;
- * --burst N adds N cuLaunchKernel on the main thread (func 0x3000).
+ * --burst N adds N cuLaunchKernel on the main thread (func 0x3000); --sticky N adds N
+ * cuLaunchKernel of func 0xdead after them, each returning 700 (ILLEGAL_ADDRESS).
  * The sweep: first the kernel lookups, then, after the main part, every other traced function (store/cuda_api.py) N_<symbol> times on the
  * main thread (counts: cuda_ids.h, from standin.SWEEP_CALLS), call i passing the
  * arguments standin.expected_call() predicts: V(sym, n) = id << 20 | n << 12 | i for
@@ -270,7 +271,7 @@ static int try_connect(int port) {
 
 int main(int argc, char **argv) {
     int wait = 0, use_dlopen = 0, port_open = 0, port_closed = 0, sleep_ms = 0, code = 0;
-    int hang_ms = 0, burst = 0;
+    int hang_ms = 0, burst = 0, sticky = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--wait")) wait = 1;
         else if (!strcmp(argv[i], "--dlopen")) use_dlopen = 1;
@@ -280,6 +281,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--exit") && i + 1 < argc) code = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--hang-ms") && i + 1 < argc) hang_ms = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--burst") && i + 1 < argc) burst = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sticky") && i + 1 < argc) sticky = atoi(argv[++i]);
     }
     if (!use_dlopen) load();
     if (wait) {
@@ -299,6 +301,8 @@ int main(int argc, char **argv) {
 
     for (int i = 0; i < burst; i++)   /* extra launches on the main thread */
         launch((void *)0x3000, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+    for (int i = 0; i < sticky; i++)  /* a lost context: the stand-in answers 700 */
+        launch((void *)0xdead, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
 
     CUdeviceptr p[5];
     size_t sizes[5] = {1 << 20, 2ULL << 40, 4096, 3ULL << 40, 65536};
