@@ -255,6 +255,7 @@ class Recorder:
                 targets.check_pid(pid)
             tgids = list(o.pids)
         follow = o.follow_children if o.follow_children is not None else bool(self.child)
+        self._preload()
         try:
             cuda_lib = self._resolve_cuda(tgids, env)
             probes = Probes(ProbeOptions(cuda_lib=cuda_lib, follow_children=follow,
@@ -330,6 +331,28 @@ class Recorder:
     def _close_activity(self):
         if self._activity is not None:
             self._activity.close()
+
+    def _preload(self):
+        """Import now what the helpers and sinks import on first use, before the probes
+        fire: a module import holds the GIL in long stretches (an extension module's init
+        is one C call; importing align, scipy.optimize, kept a sleeping thread from running
+        for up to 26 ms on the VM), and while the drain thread waits for the GIL no buffer
+        is read.  Import errors are left for the helpers to report as they do now."""
+        o = self.opts
+        try:
+            from . import clockprobe  # noqa: F401
+            if o.gpu_clock and any(d.cuda_ordinal is not None for d in self.devices):
+                from .gpuclock import driver
+                driver()                              # cuda.bindings, a large extension
+        except Exception:
+            pass
+        if o.counters != "none":
+            try:
+                from . import counters  # noqa: F401
+            except ImportError:
+                pass
+        for sink in o.sinks:
+            getattr(sink, "preload", lambda: None)()
 
     def _start_helpers(self, helpers):
         """Start the clock probe, counter sampler and GPU activity reader, each appended to

@@ -383,6 +383,12 @@ class Aggregator:
         if len(free) and self._pending:
             self._judge_pending()
 
+    def preload(self):
+        """Called by the recorder before the probes fire: align imports scipy.optimize
+        (~0.3 s holding the GIL in stretches), which at the first GPU clock chunk would
+        keep the buffer reader waiting mid-recording."""
+        from .. import align  # noqa: F401
+
     def _gpu_clock(self, c):
         """Fit each GPU's recent sandwiches (align/, the same fit as the run file's) and keep
         the uncertainty of mapping its latest reading."""
