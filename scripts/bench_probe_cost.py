@@ -647,13 +647,14 @@ def _exports(lib, sym):
 
 
 # ---------------------------------------------------------------- part: storm
-def part_storm(lib, storm, threads_list, seconds, paced):
+def part_storm(lib, storm, threads_list, seconds, paced, recorder="record"):
     tmp = Path(tempfile.mkdtemp(prefix="pc-storm-"))
     rows = []
     runs = [(t, None, seconds) for t in threads_list] + list(paced)
     for threads, rate_per_thread, secs in runs:
         st = Storm(storm, lib, threads=threads, seconds=secs, rate=rate_per_thread)
-        rec = Recording(st.pid, tmp / "storm.ca", lib=lib, full=True)
+        rec = (WatchRecording if recorder == "watch" else Recording)(
+            st.pid, tmp / "storm.ca", lib=lib, full=True)
         rec.wait_armed()
         cpu0 = rec.cpu_s()
         res = st.go()
@@ -679,7 +680,7 @@ def part_storm(lib, storm, threads_list, seconds, paced):
               f"unaccounted {row['missing_unaccounted']}, recorder {row['recorder_cores']:.2f} cores, "
               f"{row['bytes_per_event']:.1f} B/event", flush=True)
     shutil.rmtree(tmp, ignore_errors=True)
-    return {"runs": rows}
+    return {"runs": rows, "recorder": recorder}
 
 
 # ---------------------------------------------------------------- report
@@ -780,7 +781,7 @@ def render(res) -> str:
         out += [f"## ResNet-18: skipped ({mo['skipped']})", ""]
     sm = res.get("storm")
     if sm:
-        out += ["## Storm recorded by `clockalign record --pid` (everything on)", "",
+        out += [f"## Storm {'counted by `clockalign watch' if sm.get('recorder') == 'watch' else 'recorded by `clockalign record'} --pid` (everything on)", "",
                 "| threads | paced/thread | M calls/s | recorded | drops | unaccounted | ring peak "
                 "| recorder cores | RSS MB | bytes/event |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in sm["runs"]:
@@ -840,6 +841,9 @@ def main(argv=None):
     ap.add_argument("--storm-seconds", type=float, default=None)
     ap.add_argument("--paced", default="", help="THREADSxRATE[xSECONDS],... paced storm runs "
                     "(e.g. 8x250000x60: 2M calls/s for 60 s)")
+    ap.add_argument("--storm-recorder", choices=("record", "watch"), default="record",
+                    help="storm: recorded by `clockalign record --pid` or counted by "
+                         "`clockalign watch --pid` (its /metrics and last line)")
     a = ap.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("bench_probe_cost: needs root (BPF)")
@@ -867,7 +871,7 @@ def main(argv=None):
         secs = a.storm_seconds or (3 if a.quick else 10)
         paced = [tuple(int(v) for v in p.split("x")) for p in a.paced.split(",") if p]
         paced = [(p[0], p[1], p[2] if len(p) > 2 else secs) for p in paced]
-        res["storm"] = part_storm(lib, storm, threads, secs, paced)
+        res["storm"] = part_storm(lib, storm, threads, secs, paced, a.storm_recorder)
     save()
     figure(res, out / "overhead.png")
     md = render(res)
