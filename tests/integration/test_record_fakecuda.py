@@ -446,3 +446,54 @@ def test_buffers_are_read_while_the_helpers_start(fakecuda, tmp_path):
     r = RunReader(out)
     assert r.trailer["drops"] == {}, r.trailer["drops"]
     check_workload(r.events(), info, burst=200000)
+
+
+GIL_HELD = """
+import ctypes, sys
+from clockalign.capture import recorder
+usleep = ctypes.PyDLL(None).usleep      # PyDLL: the GIL stays held during the call
+usleep.argtypes = [ctypes.c_uint]
+record = recorder.Recorder._record_batch
+held = []
+def hold_once(self, batch):
+    if batch is not None and len(batch) and not held:
+        held.append(1)
+        usleep(400000)   # an import / a long numpy step / a collection: 0.4 s without the GIL
+    return record(self, batch)
+recorder.Recorder._record_batch = hold_once
+from clockalign.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("reader", ["native", "python"])
+def test_the_buffers_are_read_while_the_gil_is_held(fakecuda, tmp_path, reader):
+    """The recording thread holds the GIL for 0.4 s at its first batch, in the middle of a
+    burst of 200 000 launches (three 8 MiB buffers' worth): the C reader thread
+    (native/reader.c) keeps reading and loses none; the Python one (CLOCKALIGN_DRAIN=python)
+    cannot run meanwhile, and whatever it loses is counted exactly."""
+    target = start_waiting_target(fakecuda, "--burst", "200000")
+    out = tmp_path / f"gil-{reader}.ca"
+    env = dict(env_for(fakecuda), CLOCKALIGN_DRAIN=reader)
+    rec = subprocess.Popen([sys.executable, "-c", GIL_HELD, "record", "--pid",
+                            str(target.pid), "-o", str(out), "--ring-mb", "8", *BASE],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for_file(out)
+        target.stdin.write("go\n")
+        target.stdin.flush()
+        json.loads(target.stdout.readline())
+        target.wait(timeout=60)
+        _, err = rec.communicate(timeout=120)
+    finally:
+        for p in (target, rec):
+            if p.poll() is None:
+                p.kill()
+    assert rec.returncode == 0, err
+    r = RunReader(out)
+    assert r.trailer["buffer_reader"] == reader
+    got = int(np.sum(r.events()["kind"] == Kind.CUDA))
+    dropped = r.trailer["drops"].get("cuda", 0)
+    assert got + dropped == sum(EXPECTED_CALLS.values()) + 200000
+    if reader == "native":
+        assert r.trailer["drops"] == {}, r.trailer["drops"]

@@ -140,6 +140,9 @@ class PerfBuffers:
         self._addrs = []              # ctypes views of each mapping's data area (native drain)
         self.peak_fill = 0.0
         self.last_fill = 0.0          # the fullest CPU buffer at the latest read
+        self._reader = None           # native/reader.c's thread, once start_reader() ran
+        self._ctl = []                # ctypes views of each mapping's control page (reader)
+        self.reader_held_s = 0.0      # time that thread held back (its staging area full)
         try:
             for cpu in (online_cpus() if cpus is None else cpus):
                 fd = _open_event(cpu, per_cpu_bytes)
@@ -169,8 +172,71 @@ class PerfBuffers:
         return parts
 
     def read(self) -> np.ndarray:
-        """Every record now in any CPU's buffer, as one array sorted by ts (a copy)."""
+        """Every record now in any CPU's buffer, as one array sorted by ts (a copy); with the
+        reader thread running, what it has gathered."""
+        if self._reader is not None:
+            batch = self._take()
+            if len(batch) or not self._reader_stopped:
+                return batch
+            self._free_reader()       # stopped and empty: the buffers are read here again
         return self._read_native() if self.native else self._read_numpy()
+
+    # ------------------------------------------------------------- the C reader thread
+    def start_reader(self, max_bytes: int = 256 << 20, poll_s: float = 0.05) -> bool:
+        """Hand the reading to a C thread (native/reader.c) that needs no GIL; read() then
+        takes what it gathered.  It gathers at most max_bytes of records, then leaves the
+        buffers to fill (the kernel counts what it cannot send).  False where the helper is
+        not available (the caller reads from a Python thread instead)."""
+        lib = native_batch.reader_lib()
+        if lib is None or not self.native or not self._bufs or self._reader is not None:
+            return False
+        n = len(self._bufs)
+        self._ctl = [ctypes.c_char.from_buffer(mm, 0) for _, _, mm in self._bufs]
+        ctl = (ctypes.c_void_p * n)(*[ctypes.addressof(c) for c in self._ctl])
+        data = (ctypes.c_void_p * n)(*[ctypes.addressof(a) for a in self._addrs])
+        r = lib.ca_reader_start(ctl, data, n, self.size, self.dtype.itemsize,
+                                max(1, max_bytes // self.dtype.itemsize), int(poll_s * 1e9))
+        if not r:
+            self._ctl = []
+            return False
+        self._reader, self._reader_stopped, self._lib = r, False, lib
+        self._base = {"lost": self.lost, "malformed": self.malformed}
+        return True
+
+    def stop_reader(self) -> None:
+        """Stop the C thread (it reads once more first); read() returns the rest."""
+        if self._reader is not None and not self._reader_stopped:
+            self._lib.ca_reader_stop(self._reader)
+            self._reader_stopped = True
+            self._reader_stats()
+
+    def _reader_stats(self):
+        st, fill = (ctypes.c_uint64 * 5)(), (ctypes.c_double * 2)()
+        self._lib.ca_reader_stats(self._reader, st, fill)
+        self.lost = self._base["lost"] + st[0]
+        self.malformed = self._base["malformed"] + st[1]
+        self.last_fill, self.peak_fill = fill[0], max(self.peak_fill, fill[1])
+        self.reader_held_s = st[4] / 1e9
+
+    def _take(self) -> np.ndarray:
+        n = self._lib.ca_reader_pending(self._reader)
+        self._reader_stats()
+        if n <= 0:
+            return np.empty(0, dtype=self.dtype)
+        out, ts = np.empty(n, self.dtype), np.empty(n, np.uint64)
+        cpus = ctypes.c_int32(0)
+        n = self._lib.ca_reader_take(self._reader, out.ctypes.data, ts.ctypes.data, n,
+                                     ctypes.byref(cpus))
+        out, ts = out[:n], ts[:n]
+        if cpus.value > 1 and n > 1 and "ts" in self.dtype.names and np.any(ts[1:] < ts[:-1]):
+            out = native_batch.take(out, np.argsort(ts, kind="stable"))
+        self.records += n
+        return out
+
+    def _free_reader(self):
+        self._lib.ca_reader_free(self._reader)
+        self._reader = None
+        self._ctl = []
 
     def _fill(self, mm):
         """(tail, head) of one buffer, with the fill bookkeeping."""
@@ -221,6 +287,9 @@ class PerfBuffers:
         return out
 
     def close(self):
+        if self._reader is not None:
+            self.stop_reader()
+            self._free_reader()
         self._addrs = []              # the mappings cannot close while a view is exported
         for _, fd, mm in self._bufs:
             mm.close()

@@ -23,7 +23,7 @@ from ..store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, KIND_NAMES, Chunk, Kind
 from ..store.writer import check_output
 from . import preflight, targets
 from .bpfprog import ProbeOptions, Probes
-from .drain import Drain
+from .drain import start_drain
 from .container import describe as describe_container, own_mount_namespace
 from .libcuda import locate as locate_libcuda, resolve_like_loader
 from .sinks import open_writer
@@ -106,6 +106,7 @@ class Recorder:
         self._activity = None
         self._follower = None
         self._drain = None           # reads the perf buffers from arming until the stop
+        self._reader_kind = None     # which: "native" (a C thread) or "python"
 
     # ---------------------------------------------------------------- setup
     def notice(self, text, level="notice"):
@@ -274,7 +275,8 @@ class Recorder:
                 # Read the buffers from the moment the probes fire: the writer, the thread
                 # snapshot and the helpers' start (a GPU clock's module load and tick kernel)
                 # take ~0.1 s, in which one busy thread fills its CPU's buffer.
-                self._drain = Drain(probes.ring, next_poll_s).start()
+                self._drain = start_drain(probes.ring, next_poll_s)
+                self._reader_kind = self._drain.kind
                 try:
                     self.writer = open_writer(o.output, self._meta(tgids, cuda_lib, probes),
                                               o.sinks)
@@ -569,6 +571,7 @@ class Recorder:
                    "drops": drops, "ring_records": probes.ring.records if probes.ring else None,
                    "ring_peak_fill": round(peak, 4),
                    "perf_lost": probes.ring.lost if probes.ring else None,
+                   "buffer_reader": self._reader_kind,
                    "helpers": stats, "child_exit": exit_info,
                    "unfinished_cuda": int(len(unfinished)), "clocks_end": read_clocks()}
         try:

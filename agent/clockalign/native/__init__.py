@@ -17,6 +17,8 @@ import subprocess
 import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
+# helpers built from more than NAME.c (all of them hashed into the cache key)
+SOURCES = {"reader": ["reader.c", "batch.c"]}
 _loaded: dict = {}
 _why: dict = {}
 
@@ -109,7 +111,7 @@ def load(name: str):
         _why[name] = "CLOCKALIGN_NO_NATIVE is set"
     else:
         try:
-            lib = ctypes.CDLL(build(name))
+            lib = ctypes.CDLL(build(name, SOURCES.get(name)))
         except (OSError, subprocess.SubprocessError) as e:
             _why[name] = str(e)
     _loaded[name] = lib

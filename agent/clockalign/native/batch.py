@@ -34,6 +34,27 @@ def _lib():
     return lib
 
 
+def reader_lib():
+    """native/reader.c (the GIL-free buffer reader thread), typed, or None."""
+    lib = load("reader")
+    if lib is not None and not getattr(lib, "_typed", False):
+        vp, i64 = ctypes.c_void_p, ctypes.c_int64
+        lib.ca_reader_start.restype = vp
+        lib.ca_reader_start.argtypes = [vp, vp, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint32,
+                                        i64, i64]
+        lib.ca_reader_pending.restype = i64
+        lib.ca_reader_pending.argtypes = [vp]
+        lib.ca_reader_take.restype = i64
+        lib.ca_reader_take.argtypes = [vp, vp, vp, i64, ctypes.POINTER(ctypes.c_int32)]
+        lib.ca_reader_stats.restype = None
+        lib.ca_reader_stats.argtypes = [vp, vp, vp]
+        for f in ("ca_reader_stop", "ca_reader_free"):
+            getattr(lib, f).restype = None
+            getattr(lib, f).argtypes = [vp]
+        lib._typed = True
+    return lib
+
+
 def available() -> bool:
     return _lib() is not None
 
