@@ -867,7 +867,9 @@ def main(argv=None):
                                   set(a.configs.split(",")) if a.configs else None)
         save()
     if "storm" in parts:
-        threads = [int(x) for x in (a.storm_threads or ("1,2" if a.quick else "1,2,4,8,12")).split(",")]
+        spec = a.storm_threads if a.storm_threads is not None else (
+            "1,2" if a.quick else "1,2,4,8,12")          # "": paced runs only
+        threads = [int(x) for x in spec.split(",") if x]
         secs = a.storm_seconds or (3 if a.quick else 10)
         paced = [tuple(int(v) for v in p.split("x")) for p in a.paced.split(",") if p]
         paced = [(p[0], p[1], p[2] if len(p) > 2 else secs) for p in paced]

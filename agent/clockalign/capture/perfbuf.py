@@ -203,6 +203,10 @@ class PerfBuffers:
         self._base = {"lost": self.lost, "malformed": self.malformed}
         return True
 
+    def reader_pending(self) -> int:
+        """Records the C thread has gathered and nobody took yet."""
+        return self._lib.ca_reader_pending(self._reader) if self._reader is not None else 0
+
     def stop_reader(self) -> None:
         """Stop the C thread (it reads once more first); read() returns the rest."""
         if self._reader is not None and not self._reader_stopped:
