@@ -425,12 +425,19 @@ def test_buffers_are_read_while_the_helpers_start(fakecuda, tmp_path):
     200 000 launches (three times what one CPU's 8 MiB buffer holds) in that time loses
     none.  Before, the buffers were first read once the helpers ran, and the H200 storm lost
     its first events while the GPU clock probe was opening."""
-    target = start_waiting_target(fakecuda, "--burst", "200000")
-    out = tmp_path / "slowstart.ca"
-    rec = subprocess.Popen([sys.executable, "-c", SLOW_HELPERS, "record", "--pid",
+    r, info = record_a_burst(fakecuda, tmp_path / "slowstart.ca", SLOW_HELPERS,
+                             env_for(fakecuda))
+    assert r.trailer["drops"] == {}, r.trailer["drops"]
+    check_workload(r.events(), info, burst=200000)
+
+
+def record_a_burst(fakecuda, out, wrapper, env, burst=200000):
+    """`record --pid` (through a Python wrapper that patches the recorder) of a waiting
+    target that makes `burst` extra launches once told: (RunReader, the target's counts)."""
+    target = start_waiting_target(fakecuda, "--burst", str(burst))
+    rec = subprocess.Popen([sys.executable, "-c", wrapper, "record", "--pid",
                             str(target.pid), "-o", str(out), "--ring-mb", "8", *BASE],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env=env_for(fakecuda))
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         wait_for_file(out)
         target.stdin.write("go\n")
@@ -443,9 +450,7 @@ def test_buffers_are_read_while_the_helpers_start(fakecuda, tmp_path):
             if p.poll() is None:
                 p.kill()
     assert rec.returncode == 0, err
-    r = RunReader(out)
-    assert r.trailer["drops"] == {}, r.trailer["drops"]
-    check_workload(r.events(), info, burst=200000)
+    return RunReader(out), info
 
 
 GIL_HELD = """
@@ -472,25 +477,8 @@ def test_the_buffers_are_read_while_the_gil_is_held(fakecuda, tmp_path, reader):
     burst of 200 000 launches (three 8 MiB buffers' worth): the C reader thread
     (native/reader.c) keeps reading and loses none; the Python one (CLOCKALIGN_DRAIN=python)
     cannot run meanwhile, and whatever it loses is counted exactly."""
-    target = start_waiting_target(fakecuda, "--burst", "200000")
-    out = tmp_path / f"gil-{reader}.ca"
-    env = dict(env_for(fakecuda), CLOCKALIGN_DRAIN=reader)
-    rec = subprocess.Popen([sys.executable, "-c", GIL_HELD, "record", "--pid",
-                            str(target.pid), "-o", str(out), "--ring-mb", "8", *BASE],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        wait_for_file(out)
-        target.stdin.write("go\n")
-        target.stdin.flush()
-        json.loads(target.stdout.readline())
-        target.wait(timeout=60)
-        _, err = rec.communicate(timeout=120)
-    finally:
-        for p in (target, rec):
-            if p.poll() is None:
-                p.kill()
-    assert rec.returncode == 0, err
-    r = RunReader(out)
+    r, _ = record_a_burst(fakecuda, tmp_path / f"gil-{reader}.ca", GIL_HELD,
+                          dict(env_for(fakecuda), CLOCKALIGN_DRAIN=reader))
     assert r.trailer["buffer_reader"] == reader
     got = int(np.sum(r.events()["kind"] == Kind.CUDA))
     dropped = r.trailer["drops"].get("cuda", 0)

@@ -103,6 +103,18 @@ def samples(text):
     return out
 
 
+def wait_for_alert(name, timeout=45):
+    """The firing alerts called name that reached the webhook receiver (asserts some did)."""
+    deadline = time.monotonic() + timeout
+    firing = []
+    while time.monotonic() < deadline and not firing:
+        firing = [a for post in Receiver.posts for a in post["alerts"]
+                  if a["labels"]["alertname"] == name and a["status"] == "firing"]
+        time.sleep(0.25)
+    assert firing, f"no {name} at the receiver: {Receiver.posts}"
+    return firing
+
+
 @pytest.fixture
 def servers(tmp_path):
     need_servers()
@@ -205,14 +217,7 @@ def test_allocation_failures_page_through_prometheus_and_alertmanager(fakecuda, 
         assert not any(n == "clockalign_events_dropped_total" and v for (n, _), v in m.items())
 
         # the alert: Prometheus scrapes, evaluates the shipped rule, Alertmanager posts
-        deadline = time.monotonic() + 45
-        firing = []
-        while time.monotonic() < deadline and not firing:
-            firing = [a for post in Receiver.posts for a in post["alerts"]
-                      if a["labels"]["alertname"] == "ClockalignAllocationFailures"
-                      and a["status"] == "firing"]
-            time.sleep(0.25)
-        assert firing, f"no ClockalignAllocationFailures at the receiver: {Receiver.posts}"
+        firing = wait_for_alert("ClockalignAllocationFailures")
         fns = {a["labels"]["function"] for a in firing}
         assert "cuMemAlloc_v2" in fns and fns <= set(fails)
         a = firing[0]
@@ -248,14 +253,7 @@ def test_a_sticky_cuda_error_pages_as_a_lost_context(fakecuda, servers):
         m = samples(text)
         assert m[("clockalign_cuda_calls_total", (("function", "cuLaunchKernel"), ("pid", pid),
                                                   ("result", "CUDA_ERROR_ILLEGAL_ADDRESS")))] == 3
-        deadline = time.monotonic() + 45
-        lost = []
-        while time.monotonic() < deadline and not lost:
-            lost = [a for post in Receiver.posts for a in post["alerts"]
-                    if a["labels"]["alertname"] == "ClockalignCudaContextLost"
-                    and a["status"] == "firing"]
-            time.sleep(0.25)
-        assert lost, f"no ClockalignCudaContextLost at the receiver: {Receiver.posts}"
+        lost = wait_for_alert("ClockalignCudaContextLost")
         a = lost[0]
         assert (a["labels"]["pid"], a["labels"]["result"], a["labels"]["severity"]) == (
             pid, "CUDA_ERROR_ILLEGAL_ADDRESS", "critical")
