@@ -127,3 +127,20 @@ def test_info_names_the_clock_probes_host_loop_and_answer(tmp_path):
     lines = info_lines(RunReader(dst), str(dst))
     assert "gpu clock GPU0: 4 bursts by ping-pong (C host loop, one-word answer), 0 failures" \
         in lines
+
+
+def test_info_says_the_fullest_buffer_and_which_reader_read_it(tmp_path):
+    from clockalign.report.run_info import info_lines
+    from clockalign.store.reader import RunReader
+    from clockalign.store.writer import RunWriter
+    src = RunReader(os.path.join(DATA, "faults.ca"))
+    for reader, name in (("native", "C"), ("python", "Python")):
+        dst = tmp_path / f"{reader}.ca"
+        w = RunWriter(dst, src.meta)
+        w.close(dict(reason="target exited", drops={"cuda": 3}, ring_peak_fill=0.4321,
+                     buffer_reader=reader))
+        lines = info_lines(RunReader(dst), str(dst))
+        assert (f"drops     3 (cuda 3); fullest event buffer 43%, read by the {name} reader "
+                "thread") in lines
+    # an older run file says neither
+    assert "drops     0" in info_lines(src, "faults.ca")

@@ -64,8 +64,14 @@ def info_lines(r, file) -> list:
         out.append("records   " + ", ".join(f"{k} {v}" for k, v in other.items()))
     if r.trailer:
         drops = {k: v for k, v in _map(r.trailer.get("drops")).items() if isinstance(v, int)}
+        peak = r.trailer.get("ring_peak_fill")
+        reader = r.trailer.get("buffer_reader")
         out.append(f"drops     {sum(drops.values())}" +
-                   (" (" + ", ".join(f"{k} {v}" for k, v in drops.items()) + ")" if drops else ""))
+                   (" (" + ", ".join(f"{k} {v}" for k, v in drops.items()) + ")" if drops else "")
+                   + (f"; fullest event buffer {peak:.0%}" if isinstance(peak, (int, float))
+                      else "")
+                   + (f", read by the {'C' if reader == 'native' else 'Python'} reader thread"
+                      if reader else ""))
         out.append(f"stopped   {r.trailer.get('reason')}")
         helpers = _map(r.trailer.get("helpers"))
         c = _map(helpers.get("counters"))
