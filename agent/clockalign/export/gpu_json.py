@@ -51,6 +51,15 @@ def _micros(row: _Row, ns):
     row.hole(jt.micros_width(ns), jt.put_micros, ns)
 
 
+def _track_ts(row: _Row, tr, ns, tracks):
+    """',' + the "pid"/"tid" text of track ids ``tr`` (JsonWriter's track texts) + ',"ts":'
+    and the MONOTONIC ns as microseconds."""
+    row.const(b",")
+    row.hole(int(tracks[2][tr].max()), _gather, tracks[1], tr)
+    row.const(b',"ts":')
+    _micros(row, ns)
+
+
 def flow_starts(b, tracks) -> bytes:
     """The "s" records of the GPU flows that start on batch ``b``'s rows (the launch calls;
     ``tracks``: JsonWriter's track texts snapshot)."""
@@ -62,11 +71,7 @@ def flow_starts(b, tracks) -> bytes:
     ids = np.array([p[1] for p in pairs], dtype=np.int64) + JSON_FLOW_BASE + 1
     row = _Row(SEP + b'{"ph":"s",' + _FLOW)
     _num(row, ids)
-    row.const(b",")
-    tr = b.track[at]
-    row.hole(int(tracks[2][tr].max()), _gather, tracks[1], tr)
-    row.const(b',"ts":')
-    _micros(row, b.start[at])
+    _track_ts(row, b.track[at], b.start[at], tracks)
     row.const(b"}")
     return row.build(len(at)).tobytes()
 
@@ -78,11 +83,7 @@ def _shape_text(r, rows, start, end, track, texts, name_ix, fn_ix, tracks) -> np
     k, raw = int(e["kind"][0]), bool(e["raw"][0])
     row = _Row(SEP + b'{"ph":"X","cat":"gpu","name":')
     _text(row, texts, name_ix[rows])
-    row.const(b",")
-    tr = track[rows]
-    row.hole(int(tracks[2][tr].max()), _gather, tracks[1], tr)
-    row.const(b',"ts":')
-    _micros(row, start[rows])
+    _track_ts(row, track[rows], start[rows], tracks)
     row.const(b',"dur":')
     _micros(row, end[rows] - start[rows])
     row.const(b',"args":{"unc_ns":')
@@ -136,11 +137,7 @@ def _shape_text(r, rows, start, end, track, texts, name_ix, fn_ix, tracks) -> np
 def _flow_ends(rows, start, track, tracks) -> bytes:
     row = _Row(SEP + b'{"ph":"f","bp":"e",' + _FLOW)
     _num(row, rows.astype(np.int64) + JSON_FLOW_BASE + 1)
-    row.const(b",")
-    tr = track[rows]
-    row.hole(int(tracks[2][tr].max()), _gather, tracks[1], tr)
-    row.const(b',"ts":')
-    _micros(row, start[rows])
+    _track_ts(row, track[rows], start[rows], tracks)
     row.const(b"}")
     return row.build(len(rows)).tobytes()
 
