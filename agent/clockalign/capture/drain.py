@@ -70,7 +70,7 @@ class NativeDrain:
         """Stop the reader (it reads once more); what it gathered and nobody took."""
         self.ring.stop_reader()
         rest = []
-        while self.ring._reader is not None:
+        while self.ring.reader_running:
             batch = self.ring.read()
             if len(batch):
                 rest.append(batch)

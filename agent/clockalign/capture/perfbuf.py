@@ -203,6 +203,11 @@ class PerfBuffers:
         self._base = {"lost": self.lost, "malformed": self.malformed}
         return True
 
+    @property
+    def reader_running(self) -> bool:
+        """The C reader thread owns the buffers (started, and not yet stopped and emptied)."""
+        return self._reader is not None
+
     def reader_pending(self) -> int:
         """Records the C thread has gathered and nobody took yet."""
         return self._lib.ca_reader_pending(self._reader) if self._reader is not None else 0
@@ -215,12 +220,12 @@ class PerfBuffers:
             self._reader_stats()
 
     def _reader_stats(self):
-        st, fill = (ctypes.c_uint64 * 5)(), (ctypes.c_double * 2)()
+        st, fill = (ctypes.c_uint64 * 3)(), (ctypes.c_double * 2)()
         self._lib.ca_reader_stats(self._reader, st, fill)
         self.lost = self._base["lost"] + st[0]
         self.malformed = self._base["malformed"] + st[1]
         self.last_fill, self.peak_fill = fill[0], max(self.peak_fill, fill[1])
-        self.reader_held_s = st[4] / 1e9
+        self.reader_held_s = st[2] / 1e9
 
     def _take(self) -> np.ndarray:
         n = self._lib.ca_reader_pending(self._reader)
@@ -231,9 +236,7 @@ class PerfBuffers:
         cpus = ctypes.c_int32(0)
         n = self._lib.ca_reader_take(self._reader, out.ctypes.data, ts.ctypes.data, n,
                                      ctypes.byref(cpus))
-        out, ts = out[:n], ts[:n]
-        if cpus.value > 1 and n > 1 and "ts" in self.dtype.names and np.any(ts[1:] < ts[:-1]):
-            out = native_batch.take(out, np.argsort(ts, kind="stable"))
+        out = self._in_ts_order(out[:n], ts[:n], cpus.value)
         self.records += n
         return out
 
@@ -250,6 +253,13 @@ class PerfBuffers:
             self.last_fill = max(self.last_fill, (head - tail) / self.size)
             self.peak_fill = max(self.peak_fill, self.last_fill)
         return tail, head
+
+    def _in_ts_order(self, out, ts, cpus):
+        """Rows of one read, merged into timestamp order where more than one CPU's buffer
+        (or, for the C thread, more than one pass) gave rows: one argsort, one row gather."""
+        if cpus > 1 and len(out) > 1 and "ts" in self.dtype.names and np.any(ts[1:] < ts[:-1]):
+            return native_batch.take(out, np.argsort(ts, kind="stable"))
+        return out
 
     def _read_native(self) -> np.ndarray:
         """The C helper copies each CPU's samples straight into one array (no per-CPU views,
@@ -271,9 +281,7 @@ class PerfBuffers:
             self.malformed += bad
             cpus += got > 0
             n += got
-        out, ts = out[:n], ts[:n]
-        if cpus > 1 and n > 1 and "ts" in self.dtype.names and np.any(ts[1:] < ts[:-1]):
-            out = native_batch.take(out, np.argsort(ts, kind="stable"))
+        out = self._in_ts_order(out[:n], ts[:n], cpus)
         self.records += n
         return out
 

@@ -42,8 +42,9 @@ struct ca_reader {
     uint8_t *rows;              /* staging: n rows of rec bytes, and their timestamps */
     uint64_t *ts;
     int64_t n, cap;
-    int cpus;                   /* CPUs that added rows since the last take (1: sorted) */
-    uint64_t lost, bad, records, passes;
+    int cpus;                   /* additions (a CPU in a pass) since the last take: with
+                                   more than one the rows may be out of timestamp order */
+    uint64_t lost, bad;
     double last_fill, peak_fill;
     int64_t held_ns;            /* time reading was held back by max_rows */
 };
@@ -112,7 +113,6 @@ static double pass(struct ca_reader *r, int *held)
         if (got > 0) {
             r->n += got;
             r->cpus++;
-            r->records += (uint64_t)got;
         }
         pthread_mutex_unlock(&r->mu);
         __atomic_store_n((uint64_t *)(r->ctl[c] + TAIL_OFF), new_tail, __ATOMIC_RELEASE);
@@ -121,7 +121,6 @@ static double pass(struct ca_reader *r, int *held)
     r->last_fill = fullest;
     if (fullest > r->peak_fill)
         r->peak_fill = fullest;
-    r->passes++;
     pthread_mutex_unlock(&r->mu);
     return fullest;
 }
@@ -193,9 +192,9 @@ int64_t ca_reader_pending(struct ca_reader *r)
     return n;
 }
 
-/* Move up to cap gathered rows (oldest first) into rows/ts; *cpus: how many CPUs added rows
- * since the last take (more than one: the rows are not in timestamp order).  Returns how
- * many were moved. */
+/* Move up to cap gathered rows (oldest first) into rows/ts; *cpus: how many additions (a CPU
+ * in a pass) there were since the last take (more than one: the rows may be out of
+ * timestamp order).  Returns how many were moved. */
 int64_t ca_reader_take(struct ca_reader *r, uint8_t *rows, uint64_t *ts, int64_t cap,
                        int32_t *cpus)
 {
@@ -214,12 +213,11 @@ int64_t ca_reader_take(struct ca_reader *r, uint8_t *rows, uint64_t *ts, int64_t
     return n;
 }
 
-/* lost, bad, records, passes, held_ns; last and peak fill */
+/* lost, bad, held_ns; last and peak fill */
 void ca_reader_stats(struct ca_reader *r, uint64_t *out, double *fill)
 {
     pthread_mutex_lock(&r->mu);
-    out[0] = r->lost; out[1] = r->bad; out[2] = r->records; out[3] = r->passes;
-    out[4] = (uint64_t)r->held_ns;
+    out[0] = r->lost; out[1] = r->bad; out[2] = (uint64_t)r->held_ns;
     fill[0] = r->last_fill; fill[1] = r->peak_fill;
     pthread_mutex_unlock(&r->mu);
 }
