@@ -151,18 +151,29 @@ def record_pid(fakecuda, out, pid, *extra):
                             stderr=subprocess.PIPE, text=True, env=env_for(fakecuda))
 
 
+def release_and_finish(target, rec, out, target_s=30, rec_s=60):
+    """Once the recording is armed (its file exists), tell the waiting target to go; wait for
+    both: (the target's counts line, the recorder's stderr).  Both are killed on a failure."""
+    try:
+        wait_for_file(out)
+        target.stdin.write("go\n")
+        target.stdin.flush()
+        info = json.loads(target.stdout.readline())
+        target.wait(timeout=target_s)
+        _, err = rec.communicate(timeout=rec_s)
+    finally:
+        for p in (target, rec):
+            if p.poll() is None:
+                p.kill()
+    assert rec.returncode == 0, err
+    return info, err
+
+
 @pytest.mark.parametrize("late", [False, True], ids=["loaded", "dlopen-late"])
 def test_pid_mode_including_late_dlopen(fakecuda, tmp_path, late):
     target = start_waiting_target(fakecuda, *(["--dlopen"] if late else []))
     out = tmp_path / "pid.ca"
-    rec = record_pid(fakecuda, out, target.pid)
-    wait_for_file(out)
-    target.stdin.write("go\n")
-    target.stdin.flush()
-    info = json.loads(target.stdout.readline())
-    target.wait(timeout=30)
-    _, err = rec.communicate(timeout=60)
-    assert rec.returncode == 0, err
+    info, err = release_and_finish(target, record_pid(fakecuda, out, target.pid), out)
     if late:
         assert "has not loaded libcuda yet" in err
     r = RunReader(out)
@@ -438,18 +449,7 @@ def record_a_burst(fakecuda, out, wrapper, env, burst=200000):
     rec = subprocess.Popen([sys.executable, "-c", wrapper, "record", "--pid",
                             str(target.pid), "-o", str(out), "--ring-mb", "8", *BASE],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        wait_for_file(out)
-        target.stdin.write("go\n")
-        target.stdin.flush()
-        info = json.loads(target.stdout.readline())
-        target.wait(timeout=60)
-        _, err = rec.communicate(timeout=120)
-    finally:
-        for p in (target, rec):
-            if p.poll() is None:
-                p.kill()
-    assert rec.returncode == 0, err
+    info, _ = release_and_finish(target, rec, out, target_s=60, rec_s=120)
     return RunReader(out), info
 
 
