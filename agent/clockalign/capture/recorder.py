@@ -338,8 +338,10 @@ class Recorder:
         """Import now what the helpers and sinks import on first use, before the probes
         fire: a module import holds the GIL in long stretches (an extension module's init
         is one C call; importing align, scipy.optimize, kept a sleeping thread from running
-        for up to 26 ms on the VM), and while the drain thread waits for the GIL no buffer
-        is read.  Import errors are left for the helpers to report as they do now."""
+        for up to 26 ms on the VM).  The C reader thread does not need the GIL, but the
+        Python one (CLOCKALIGN_DRAIN=python, or no C compiler) reads no buffer meanwhile,
+        and the recording thread takes no batch.  Import errors are left for the helpers to
+        report as they do now."""
         o = self.opts
         try:
             from . import clockprobe  # noqa: F401

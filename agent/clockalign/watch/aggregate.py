@@ -385,7 +385,7 @@ class Aggregator:
     def preload(self):
         """Called by the recorder before the probes fire: align imports scipy.optimize
         (~0.3 s holding the GIL in stretches), which at the first GPU clock chunk would
-        keep the buffer reader waiting mid-recording."""
+        stall the recording mid-run (Recorder._preload says why that matters)."""
         from .. import align  # noqa: F401
 
     def _gpu_clock(self, c):
