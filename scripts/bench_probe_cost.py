@@ -66,6 +66,8 @@ STAGES = [  # (name, cflags, what it adds)
     ("record72_task", ["-DSTAGE=6", "-DPAIR=3", "-DRECORD=72"], "72-byte record (no data field), task storage"),
     ("record_retry", ["-DSTAGE=6", "-DPAIR=2", "-DRETRY"], "array slot, ring reserve retried on failure"),
     ("record_perf", ["-DSTAGE=6", "-DPAIR=2", "-DPERF"], "array slot, record to a per-CPU perf buffer"),
+    ("record_aring", ["-DSTAGE=6", "-DPAIR=2", "-DARING"],
+     "array slot, record written in place into a per-CPU slot ring (mmapable array)"),
 ]
 
 
