@@ -1,14 +1,21 @@
 /* clockalign probes, compiled by BCC at record time.
  *
  * Parameters come in as -D cflags (see capture/bpfprog.py; `clockalign record --dump-bpf`
- * prints them): CA_MAX_THREADS, CA_CALL_SLOTS, and the feature switches CA_CUDA,
+ * prints them): CA_MAX_THREADS, CA_CALL_SLOTS, CA_RING_CPUS, CA_RING_SLOTS, and the
+ * feature switches CA_PERF_BUFFERS, CA_CUDA,
  * CA_PID_LINKS, CA_REGS_ONLY, CA_CONNECT, CA_SCHED, CA_XID, CA_TCP, CA_FOLLOW_CHILDREN,
  * CA_FORK_COMM_DATALOC, CA_XID_DATALOC, CA_XID_MSG_MAX (and CA_XID_PRINTK for the tests).
  * Targets (tgids) live in the `targets` map, filled by user space, so one program serves
  * several --pid and spawn mode alike.
  *
- * Records go to per-CPU perf buffers (capture/perfbuf.py says why not the BPF ring
- * buffer), built on the BPF stack: EVENT() declares one, submit() sends it or counts a drop.
+ * Records go to this CPU's slot ring (capture/slotring.py): an mmapable array of fixed
+ * 128-byte slots that the program writes in place, with no helper call; a compare-and-swap
+ * on the ring's head reserves a slot and the kind, stored last, commits it.  A record is
+ * built on the BPF stack (EVENT() declares one, submit() copies it into a slot or counts a
+ * drop); the CUDA return, the hot path, fills its slot directly.  With CA_PERF_BUFFERS
+ * (CLOCKALIGN_BUFFERS=perf) submit() sends to per-CPU perf buffers instead
+ * (capture/perfbuf.py), the transport before; bpf_perf_event_output cost ~70 ns a record
+ * more (scripts/bench_probe_cost.py, results/overhead.md).
  * Every piece of the CUDA path was measured (scripts/bench_probe_cost.py): the pairing
  * state is a per-thread array slot, not a hash map, and the launch's stack arguments are
  * read in one copy, not three.
@@ -29,7 +36,27 @@
 #define CA_CALL_SLOTS 65536     /* power of two: a thread's slot is tid & (CA_CALL_SLOTS - 1) */
 #endif
 
+#ifdef CA_PERF_BUFFERS
 BPF_PERF_OUTPUT(events);
+#else
+#ifndef CA_RING_CPUS
+#define CA_RING_CPUS 64         /* possible CPU ids */
+#endif
+#ifndef CA_RING_SLOTS
+#define CA_RING_SLOTS 65536     /* records per CPU, a power of two */
+#endif
+/* Each CPU's ring: slots [tail, head) hold records not yet read; head is moved here, tail by
+ * the reader.  They sit on cache lines of their own: the reader reads head and writes tail
+ * once a pass, the writers of one CPU share head. */
+struct ca_ring_ctl {
+    u64 head;
+    u64 pad0[7];
+    u64 tail;
+    u64 pad1[7];
+};
+BPF_F_TABLE("array", u32, struct ca_ring_ctl, ring_ctl, CA_RING_CPUS, BPF_F_MMAPABLE);
+BPF_F_TABLE("array", u32, struct ca_event, ring, CA_RING_CPUS * CA_RING_SLOTS, BPF_F_MMAPABLE);
+#endif
 BPF_HASH(targets, u32, u8, CA_MAX_TARGETS);
 BPF_PERCPU_ARRAY(drops, u64, CA_NKINDS);
 /* tid -> tgid of target threads seen (switch-out, clone), so a signal aimed at a thread
@@ -56,6 +83,7 @@ static __always_inline void count_drop(u32 kind)
     struct ca_event *e = &e##_rec; \
     e->kind = (k)
 
+#ifdef CA_PERF_BUFFERS
 /* set by user space once every CPU's buffer is in the events map: the tracepoints run from
  * the moment BCC loads them, and a record sent before then has nowhere to go (-ENOENT) but
  * belongs to no recording yet */
@@ -70,6 +98,53 @@ static __always_inline void submit(void *ctx, struct ca_event *e)
             count_drop(e->kind);
     }
 }
+#else
+/* A slot of this CPU's ring for a record of kind, or NULL (the drop counted) when the ring
+ * is full.  A uprobe program can be preempted, and a tracepoint's can run on the same CPU
+ * meanwhile, so the head moves by compare-and-swap: a lost race is retried once, then
+ * counted as a drop like a full ring.  A slot reserved is always committed (a BPF program
+ * runs to its end), so the reader never waits on one for long. */
+static __always_inline struct ca_event *ring_reserve(u32 kind)
+{
+    u32 cpu = bpf_get_smp_processor_id();
+    struct ca_ring_ctl *r = ring_ctl.lookup(&cpu);
+    if (!r) {
+        count_drop(kind);
+        return NULL;
+    }
+    u64 at = *(volatile u64 *)&r->head;
+    if (at - *(volatile u64 *)&r->tail >= CA_RING_SLOTS ||
+        __sync_val_compare_and_swap(&r->head, at, at + 1) != at) {
+        at = *(volatile u64 *)&r->head;
+        if (at - *(volatile u64 *)&r->tail >= CA_RING_SLOTS ||
+            __sync_val_compare_and_swap(&r->head, at, at + 1) != at) {
+            count_drop(kind);
+            return NULL;
+        }
+    }
+    u32 idx = cpu * CA_RING_SLOTS + (u32)(at & (CA_RING_SLOTS - 1));
+    return ring.lookup(&idx);        /* never NULL: cpu < CA_RING_CPUS, checked above */
+}
+
+/* The record complete: its kind (never 0) stored last, after every other field (x86-64
+ * keeps stores in order; the barrier keeps the compiler from moving them). */
+static __always_inline void ring_commit(struct ca_event *slot, u32 kind)
+{
+    asm volatile("" ::: "memory");
+    *(volatile u16 *)&slot->kind = kind;
+}
+
+static __always_inline void submit(void *ctx, struct ca_event *e)
+{
+    u32 kind = e->kind;
+    struct ca_event *slot = ring_reserve(kind);
+    if (!slot)
+        return;
+    e->kind = 0;
+    __builtin_memcpy(slot, e, sizeof(*e));
+    ring_commit(slot, kind);
+}
+#endif
 
 static __always_inline void stamp_task(struct ca_event *e)
 {
@@ -289,11 +364,24 @@ static __always_inline int cuda_return_str(struct pt_regs *ctx, u32 fn, int dere
     struct ca_call *c = cuda_top(call_slot((u32)pt), (u32)pt, fn);
     if (!c)
         return 0;
+#ifdef CA_PERF_BUFFERS
     EVENT(e, CA_KIND_CUDA);
+#else
+    /* the hot path: the record is filled in its slot, no stack copy */
+    struct ca_event *e = ring_reserve(CA_KIND_CUDA);
+    if (!e)
+        return 0;
+    e->kind = 0;
+    __builtin_memset(e->data, 0, CA_DATA_LEN);
+#endif
     cuda_fill(ctx, e, pt, c, now, fn, deref_a0);
     if (slot >= 0 && slot < 5 && c->a[slot])
         CUDA_READ_STR(e->data, CA_DATA_LEN, (void *)c->a[slot]);
+#ifdef CA_PERF_BUFFERS
     submit(ctx, e);
+#else
+    ring_commit(e, CA_KIND_CUDA);
+#endif
     return 0;
 }
 

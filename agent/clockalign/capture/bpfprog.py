@@ -17,6 +17,7 @@ from ..store import cuda_api
 from ..store.schema import EVENT_DTYPE, Kind
 from . import cuda_stubs
 from .perfbuf import PerfBuffers, online_cpus, per_cpu_size
+from .slotring import SlotRings, possible_cpus
 from .uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
 from .tracefs import tracepoint_exists, tracepoint_field_is_dataloc, tracepoint_fields
 
@@ -53,11 +54,29 @@ def bpf_source_dir():
     return resources.files("clockalign") / "bpf"
 
 
+# The event transport: "slots" (capture/slotring.py, the default) or "perf"
+# (capture/perfbuf.py, the one before; kept to measure one against the other).
+BUFFERS_ENV = "CLOCKALIGN_BUFFERS"
+
+
+def buffer_kind() -> str:
+    kind = os.environ.get(BUFFERS_ENV) or "slots"
+    if kind not in ("slots", "perf"):
+        raise ClockalignError(f"{BUFFERS_ENV} must be 'slots' or 'perf', not {kind!r}")
+    return kind
+
+
+def buffer_cpus() -> int:
+    """CPUs that get a buffer: the online ones for perf buffers; every possible CPU id for
+    the slot rings, which the BPF side indexes by CPU id."""
+    return possible_cpus() if buffer_kind() == "slots" else len(online_cpus())
+
+
 def buffer_bytes(opts: ProbeOptions) -> int:
-    """Each CPU's perf buffer (a power of two pages).  Default: 8 MiB a CPU (about 58k
-    records: 50 ms of 1.2M events/s on that one CPU), at most 512 MiB in all; --ring-mb
-    gives the total instead, spread over the online CPUs."""
-    ncpu = len(online_cpus())
+    """Each CPU's event buffer (a power of two pages).  Default: 8 MiB a CPU (65 536
+    records: 55 ms of 1.2M events/s on that one CPU), at most 512 MiB in all; --ring-mb
+    gives the total instead, spread over the CPUs."""
+    ncpu = buffer_cpus()
     if opts.ring_mb is None:
         return per_cpu_size(min(8 << 20, (512 << 20) // ncpu) * ncpu, ncpu)
     return per_cpu_size(int(opts.ring_mb * (1 << 20)), ncpu)
@@ -85,6 +104,11 @@ def build_cflags(opts: ProbeOptions):
     if slots & (slots - 1):
         raise ValueError("call_slots must be a power of two")
     flags = [f"-DCA_MAX_THREADS={opts.max_threads}", f"-DCA_CALL_SLOTS={slots}"]
+    if buffer_kind() == "perf":
+        flags.append("-DCA_PERF_BUFFERS")
+    else:
+        flags += [f"-DCA_RING_CPUS={buffer_cpus()}",
+                  f"-DCA_RING_SLOTS={buffer_bytes(opts) // EVENT_DTYPE.itemsize}"]
     notes = []
     if opts.cuda_lib is not None:     # {}: targets found later bring their libcuda
         flags.append("-DCA_CUDA")
@@ -204,13 +228,17 @@ class Probes:
         if opts.cuda_lib:                 # {} (follow, no target yet): add_targets links
             self._attach_cuda(opts.cuda_lib)
         try:
-            self.ring = PerfBuffers(self._bpf["events"], buffer_bytes(opts), EVENT_DTYPE)
+            if "-DCA_PERF_BUFFERS" in flags:
+                self.ring = PerfBuffers(self._bpf["events"], buffer_bytes(opts), EVENT_DTYPE)
+                import ctypes
+                self._bpf["armed"][ctypes.c_int(0)] = ctypes.c_uint32(1)  # failures count now
+            else:
+                self.ring = SlotRings(self._bpf["ring_ctl"], self._bpf["ring"], buffer_cpus(),
+                                      buffer_bytes(opts) // EVENT_DTYPE.itemsize, EVENT_DTYPE)
         except OSError as e:
             self.close()
             raise ClockalignError(f"could not open the per-CPU event buffers ({e}); "
                                   "lower --ring-mb") from None
-        import ctypes
-        self._bpf["armed"][ctypes.c_int(0)] = ctypes.c_uint32(1)   # failures count from here
 
     def _compile(self, BPF, flags):
         try:

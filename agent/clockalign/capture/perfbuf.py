@@ -1,5 +1,9 @@
 """Per-CPU perf buffers for BPF records, opened and mapped by us, read in bulk with numpy.
 
+The transport before the slot rings (slotring.py), kept as CLOCKALIGN_BUFFERS=perf: sending
+a record through bpf_perf_event_output costs the CUDA probe ~70 ns more than writing it in
+place into a slot ring (results/overhead.md).
+
 Why not the BPF ring buffer: on these 6.18 kernels `bpf_ringbuf_reserve` failed about once
 in 100k-400k records with ONE producer and the ring 3 % full (scripts/bench_probe_cost.py,
 results/overhead/), so "no drops below the limit" cannot hold; its one lock is also shared
@@ -26,6 +30,7 @@ import struct
 import numpy as np
 
 from ..native import batch as native_batch
+from .buffers import EventBuffers
 
 PERF_TYPE_SOFTWARE = 1
 PERF_COUNT_SW_BPF_OUTPUT = 10
@@ -121,28 +126,21 @@ def parse_samples(buf: bytes, rec: np.dtype):
     return parts, lost, malformed
 
 
-class PerfBuffers:
+class PerfBuffers(EventBuffers):
     """The per-CPU buffers behind one BPF_PERF_OUTPUT map; read() drains them all."""
+
+    READER_MODE = 0               # native/reader.c MODE_PERF
 
     def __init__(self, table, per_cpu_bytes: int, dtype: np.dtype, cpus=None,
                  native: bool = True):
-        self.dtype = np.dtype(dtype)
+        super().__init__(dtype, native)   # lost: from PERF_RECORD_LOST, the kernel's count
         self.size = per_cpu_bytes
         self.mask = per_cpu_bytes - 1
         self._rec = sample_dtype(self.dtype)
         self.stride = self._rec.itemsize
         self._page = mmap.PAGESIZE
         self._bufs = []
-        self.records = 0
-        self.lost = 0                 # from PERF_RECORD_LOST: the kernel's own count
-        self.malformed = 0            # samples of another size than dtype's (never expected)
-        self.native = native_batch.available() and native
         self._addrs = []              # ctypes views of each mapping's data area (native drain)
-        self.peak_fill = 0.0
-        self.last_fill = 0.0          # the fullest CPU buffer at the latest read
-        self._reader = None           # native/reader.c's thread, once start_reader() ran
-        self._ctl = []                # ctypes views of each mapping's control page (reader)
-        self.reader_held_s = 0.0      # time that thread held back (its staging area full)
         try:
             for cpu in (online_cpus() if cpus is None else cpus):
                 fd = _open_event(cpu, per_cpu_bytes)
@@ -171,95 +169,20 @@ class PerfBuffers:
         self.malformed += malformed
         return parts
 
-    def read(self) -> np.ndarray:
-        """Every record now in any CPU's buffer, as one array sorted by ts (a copy); with the
-        reader thread running, what it has gathered."""
-        if self._reader is not None:
-            batch = self._take()
-            if len(batch) or not self._reader_stopped:
-                return batch
-            self._free_reader()       # stopped and empty: the buffers are read here again
-        return self._read_native() if self.native else self._read_numpy()
-
-    # ------------------------------------------------------------- the C reader thread
-    def start_reader(self, max_bytes: int = 256 << 20, poll_s: float = 0.05) -> bool:
-        """Hand the reading to a C thread (native/reader.c) that needs no GIL; read() then
-        takes what it gathered.  It gathers at most max_bytes of records, then leaves the
-        buffers to fill (the kernel counts what it cannot send).  False where the helper is
-        not available (the caller reads from a Python thread instead)."""
-        lib = native_batch.reader_lib()
-        if lib is None or not self.native or not self._bufs or self._reader is not None:
-            return False
-        n = len(self._bufs)
-        self._ctl = [ctypes.c_char.from_buffer(mm, 0) for _, _, mm in self._bufs]
-        ctl = (ctypes.c_void_p * n)(*[ctypes.addressof(c) for c in self._ctl])
-        data = (ctypes.c_void_p * n)(*[ctypes.addressof(a) for a in self._addrs])
-        r = lib.ca_reader_start(ctl, data, n, self.size, self.dtype.itemsize,
-                                max(1, max_bytes // self.dtype.itemsize), int(poll_s * 1e9))
-        if not r:
-            self._ctl = []
-            return False
-        self._reader, self._reader_stopped, self._lib = r, False, lib
-        self._base = {"lost": self.lost, "malformed": self.malformed}
-        return True
-
-    @property
-    def reader_running(self) -> bool:
-        """The C reader thread owns the buffers (started, and not yet stopped and emptied)."""
-        return self._reader is not None
-
-    def reader_pending(self) -> int:
-        """Records the C thread has gathered and nobody took yet."""
-        return self._lib.ca_reader_pending(self._reader) if self._reader is not None else 0
-
-    def stop_reader(self) -> None:
-        """Stop the C thread (it reads once more first); read() returns the rest."""
-        if self._reader is not None and not self._reader_stopped:
-            self._lib.ca_reader_stop(self._reader)
-            self._reader_stopped = True
-            self._reader_stats()
-
-    def _reader_stats(self):
-        st, fill = (ctypes.c_uint64 * 3)(), (ctypes.c_double * 2)()
-        self._lib.ca_reader_stats(self._reader, st, fill)
-        self.lost = self._base["lost"] + st[0]
-        self.malformed = self._base["malformed"] + st[1]
-        self.last_fill, self.peak_fill = fill[0], max(self.peak_fill, fill[1])
-        self.reader_held_s = st[2] / 1e9
-
-    def _take(self) -> np.ndarray:
-        n = self._lib.ca_reader_pending(self._reader)
-        self._reader_stats()
-        if n <= 0:
-            return np.empty(0, dtype=self.dtype)
-        out, ts = np.empty(n, self.dtype), np.empty(n, np.uint64)
-        cpus = ctypes.c_int32(0)
-        n = self._lib.ca_reader_take(self._reader, out.ctypes.data, ts.ctypes.data, n,
-                                     ctypes.byref(cpus))
-        out = self._in_ts_order(out[:n], ts[:n], cpus.value)
-        self.records += n
-        return out
-
-    def _free_reader(self):
-        self._lib.ca_reader_free(self._reader)
-        self._reader = None
-        self._ctl = []
-
     def _fill(self, mm):
         """(tail, head) of one buffer, with the fill bookkeeping."""
         head = _U64.unpack_from(mm, HEAD_OFF)[0]
         tail = _U64.unpack_from(mm, TAIL_OFF)[0]
         if head > tail:
-            self.last_fill = max(self.last_fill, (head - tail) / self.size)
-            self.peak_fill = max(self.peak_fill, self.last_fill)
+            self._note_fill((head - tail) / self.size)
         return tail, head
 
-    def _in_ts_order(self, out, ts, cpus):
-        """Rows of one read, merged into timestamp order where more than one CPU's buffer
-        (or, for the C thread, more than one pass) gave rows: one argsort, one row gather."""
-        if cpus > 1 and len(out) > 1 and "ts" in self.dtype.names and np.any(ts[1:] < ts[:-1]):
-            return native_batch.take(out, np.argsort(ts, kind="stable"))
-        return out
+    def _reader_spans(self):
+        if not self._bufs:
+            return None
+        views = [ctypes.c_char.from_buffer(mm, 0) for _, _, mm in self._bufs]
+        return ([ctypes.addressof(v) for v in views],
+                [ctypes.addressof(a) for a in self._addrs], self.size, views)
 
     def _read_native(self) -> np.ndarray:
         """The C helper copies each CPU's samples straight into one array (no per-CPU views,
@@ -293,15 +216,12 @@ class PerfBuffers:
         if not parts:
             return np.empty(0, dtype=self.dtype)
         out = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
-        if len(parts) > 1 and "ts" in self.dtype.names:
+        if len(parts) > 1 and "ts" in (self.dtype.names or ()):
             out = out[np.argsort(out["ts"], kind="stable")]
         self.records += len(out)
         return out
 
-    def close(self):
-        if self._reader is not None:
-            self.stop_reader()
-            self._free_reader()
+    def _close_buffers(self):
         self._addrs = []              # the mappings cannot close while a view is exported
         for _, fd, mm in self._bufs:
             mm.close()

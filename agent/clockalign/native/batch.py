@@ -1,4 +1,4 @@
-"""numpy-facing wrappers of batch.c: perf-ring drain, row gather, column planes.
+"""numpy-facing wrappers of batch.c: slot-ring and perf-ring drains, row gather, column planes.
 
 Each function returns None when the C helper is not available (see ``available``); callers
 keep a numpy path that gives the same result.
@@ -23,6 +23,10 @@ def _lib():
         lib.ca_drain.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
                                  ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p,
                                  ctypes.c_void_p, ctypes.c_int64, _u64p, _u64p, _u64p]
+        lib.ca_slot_drain.restype = ctypes.c_int64
+        lib.ca_slot_drain.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
+                                      ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32,
+                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, _u64p]
         lib.ca_take.restype = None
         lib.ca_take.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                 ctypes.c_uint32, ctypes.c_void_p]
@@ -41,7 +45,7 @@ def reader_lib():
         vp, i64 = ctypes.c_void_p, ctypes.c_int64
         lib.ca_reader_start.restype = vp
         lib.ca_reader_start.argtypes = [vp, vp, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint32,
-                                        i64, i64]
+                                        i64, i64, ctypes.c_int]
         lib.ca_reader_pending.restype = i64
         lib.ca_reader_pending.argtypes = [vp]
         lib.ca_reader_take.restype = i64
@@ -77,6 +81,22 @@ def drain_into(data_addr: int, size: int, tail: int, head: int, out: np.ndarray,
                      ts.ctypes.data + start * 8, len(out) - start, ctypes.byref(lost),
                      ctypes.byref(bad), ctypes.byref(new_tail))
     return n, lost.value, bad.value
+
+
+def slot_drain_into(slots_addr: int, nslots: int, tail: int, head: int, kind_off: int,
+                    out: np.ndarray, ts: np.ndarray, start: int):
+    """Copy the committed records of one slot ring (nslots slots of out's itemsize at
+    slots_addr) between positions tail and head into out[start:] (timestamps into ts[start:]),
+    clearing each one's kind: (copied, new tail), or None without the helper."""
+    lib = _lib()
+    if lib is None:
+        return None
+    rec = out.dtype.itemsize
+    new_tail = ctypes.c_uint64(0)
+    n = lib.ca_slot_drain(slots_addr, nslots, tail, head, rec, kind_off,
+                          out.ctypes.data + start * rec, ts.ctypes.data + start * 8,
+                          len(out) - start, ctypes.byref(new_tail))
+    return n, new_tail.value
 
 
 def take(rows: np.ndarray, order: np.ndarray):

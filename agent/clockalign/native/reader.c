@@ -1,17 +1,20 @@
-/* A reader thread in C that keeps the per-CPU perf buffers empty without the GIL.
+/* A reader thread in C that keeps the per-CPU event buffers empty without the GIL: the slot
+ * rings (capture/slotring.py, mode 1) or the perf buffers (capture/perfbuf.py, mode 0).
  *
  * capture/drain.py's Python thread reads the buffers between the recorder's other work, but
  * it needs the GIL between its native reads: an import, a long numpy step or a collection in
  * any other thread of the recorder holds it for tens of milliseconds, and at 1 M events/s one
  * CPU's 8 MiB buffer is full in 65 ms.  This thread never touches Python: it copies every
- * CPU's samples (batch.c's ca_drain, built into the same library) into one growing staging area and moves
- * each buffer's tail; Python takes what has gathered with ca_reader_take.  When the staging
- * area holds max_rows it stops reading until Python takes: the buffers fill and the kernel
- * counts what it cannot send (PERF_RECORD_LOST), so memory stays bounded and nothing is lost
- * uncounted.  x86-64 only, like batch.c: the control page's head is read with an acquire
- * load and the tail written with a release store.
+ * CPU's records (batch.c's ca_slot_drain or ca_drain, built into the same library) into one
+ * growing staging area and moves each buffer's tail; Python takes what has gathered with
+ * ca_reader_take.  When the staging area holds max_rows it stops reading until Python takes:
+ * the buffers fill and what cannot be written is counted (the BPF drops map for the slot
+ * rings, PERF_RECORD_LOST for perf buffers), so memory stays bounded and nothing is lost
+ * uncounted.  x86-64 only, like batch.c: each buffer's head is read with an acquire load
+ * and its tail written with a release store.
  *
- *   r = ca_reader_start(ctl_pages, data_areas, ncpu, size, rec, max_rows, poll_ns)
+ *   r = ca_reader_start(ctls, data_areas, ncpu, size, rec, max_rows, poll_ns, mode)
+ *       (ctls: each CPU's head/tail words; size: each data area's bytes)
  *   n = ca_reader_take(r, rows, ts, cap)        (also: ca_reader_pending, ca_reader_stats)
  *   ca_reader_stop(r)                           (joins; then take the rest; ca_reader_free)
  */
@@ -26,12 +29,18 @@
 int64_t ca_drain(const uint8_t *data, uint64_t size, uint64_t tail, uint64_t head,
                  uint32_t body_size, uint8_t *out, uint64_t *ts, int64_t cap,
                  uint64_t *lost, uint64_t *bad, uint64_t *new_tail);
+int64_t ca_slot_drain(uint8_t *slots, uint64_t nslots, uint64_t tail, uint64_t head,
+                      uint32_t rec, uint32_t kind_off, uint8_t *out, uint64_t *ts, int64_t cap,
+                      uint64_t *new_tail);
 
-#define HEAD_OFF 1024
-#define TAIL_OFF 1032
+enum { MODE_PERF = 0, MODE_SLOTS = 1 };
+/* where each mode keeps a buffer's head and tail: perf_event_mmap_page.data_head/data_tail;
+ * slotring.py's struct ca_ring_ctl (head and tail on cache lines of their own) */
+static const uint32_t HEAD_OFF[2] = {1024, 0}, TAIL_OFF[2] = {1032, 64};
+#define SLOT_KIND_OFF 24        /* struct ca_event.kind (bpf/clockalign.h) */
 
 struct ca_reader {
-    int ncpu;
+    int ncpu, mode;
     uint8_t **ctl, **data;
     uint64_t size;
     uint32_t rec;
@@ -92,14 +101,19 @@ static double pass(struct ca_reader *r, int *held)
     double fullest = 0;
     *held = 0;
     for (int c = 0; c < r->ncpu; c++) {
-        uint64_t head = __atomic_load_n((uint64_t *)(r->ctl[c] + HEAD_OFF), __ATOMIC_ACQUIRE);
-        uint64_t tail = *(uint64_t *)(r->ctl[c] + TAIL_OFF);
+        int m = r->mode;
+        uint64_t head = __atomic_load_n((uint64_t *)(r->ctl[c] + HEAD_OFF[m]), __ATOMIC_ACQUIRE);
+        uint64_t tail = *(uint64_t *)(r->ctl[c] + TAIL_OFF[m]);
         if (head <= tail)
             continue;
-        double fill = (double)(head - tail) / (double)r->size;
+        /* perf: head and tail count bytes, a sample takes 12 more than its record;
+         * slots: they count records */
+        uint64_t bytes = m == MODE_SLOTS ? (head - tail) * r->rec : head - tail;
+        double fill = (double)bytes / (double)r->size;
         if (fill > fullest)
             fullest = fill;
-        int64_t most = (int64_t)((head - tail) / (12 + r->rec)) + 1;
+        int64_t most = m == MODE_SLOTS ? (int64_t)(head - tail)
+                                       : (int64_t)((head - tail) / (12 + r->rec)) + 1;
         pthread_mutex_lock(&r->mu);
         if (!reserve(r, most)) {
             pthread_mutex_unlock(&r->mu);
@@ -107,15 +121,18 @@ static double pass(struct ca_reader *r, int *held)
             continue;
         }
         uint64_t new_tail = tail;
-        int64_t got = ca_drain(r->data[c], r->size, tail, head, r->rec,
-                               r->rows + (size_t)r->n * r->rec, r->ts + r->n, r->cap - r->n,
-                               &r->lost, &r->bad, &new_tail);
+        uint8_t *rows = r->rows + (size_t)r->n * r->rec;
+        int64_t got = m == MODE_SLOTS
+            ? ca_slot_drain(r->data[c], r->size / r->rec, tail, head, r->rec, SLOT_KIND_OFF,
+                            rows, r->ts + r->n, r->cap - r->n, &new_tail)
+            : ca_drain(r->data[c], r->size, tail, head, r->rec, rows, r->ts + r->n,
+                       r->cap - r->n, &r->lost, &r->bad, &new_tail);
         if (got > 0) {
             r->n += got;
             r->cpus++;
         }
         pthread_mutex_unlock(&r->mu);
-        __atomic_store_n((uint64_t *)(r->ctl[c] + TAIL_OFF), new_tail, __ATOMIC_RELEASE);
+        __atomic_store_n((uint64_t *)(r->ctl[c] + TAIL_OFF[m]), new_tail, __ATOMIC_RELEASE);
     }
     pthread_mutex_lock(&r->mu);
     r->last_fill = fullest;
@@ -157,12 +174,15 @@ static void *run(void *arg)
 }
 
 struct ca_reader *ca_reader_start(uint8_t **ctl, uint8_t **data, int ncpu, uint64_t size,
-                                  uint32_t rec, int64_t max_rows, int64_t poll_ns)
+                                  uint32_t rec, int64_t max_rows, int64_t poll_ns, int mode)
 {
+    if (mode != MODE_PERF && mode != MODE_SLOTS)
+        return NULL;
     struct ca_reader *r = calloc(1, sizeof(*r));
     if (!r)
         return NULL;
     r->ncpu = ncpu;
+    r->mode = mode;
     r->ctl = malloc(sizeof(uint8_t *) * (size_t)ncpu);
     r->data = malloc(sizeof(uint8_t *) * (size_t)ncpu);
     if (!r->ctl || !r->data) {
