@@ -41,6 +41,8 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 
@@ -346,7 +348,10 @@ def part_micro(lib, storm, rounds, calls, only=None):
     for name, b in objs.items():
         drain.rings.append(RingReader(b["events"].map_fd, 4096 * 4096,
                                       f"V{72 if '72' in name else 128}"))
-    drain.rings.append(PerfBuffers(objs["record_perf"]["pevents"], 4 << 20, "V128"))
+    # a structured dtype with a leading ts: PerfBuffers merges CPUs by dtype.names' "ts"
+    # (a bare "V128" has no names, and that merge raised TypeError in the Drain thread)
+    drain.rings.append(PerfBuffers(objs["record_perf"]["pevents"], 4 << 20,
+                                   np.dtype([("ts", "<u8"), ("rest", "V120")])))
 
     def attach_stage(name, pid):
         import ctypes
