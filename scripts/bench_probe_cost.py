@@ -10,7 +10,8 @@ one each round), medians and spread over the rounds:
          pairing state — hash map, per-thread array, task storage —, arguments, one ring
          record); the real bpf/probes.c (CUDA only, then with sched/connect/thread
          tracepoints); `clockalign record` (minimal, then everything on).  A second pass
-         with kernel.bpf_stats_enabled reads each BPF program's own run time from fdinfo.
+         with kernel.bpf_stats_enabled reads each BPF program's own run time: this
+         process's from fdinfo, a recorder's (record, watch) through the bpf() syscall.
   model  a warm ResNet-18 fp16 batch-1 loop (scripts/bench/resnet_loop.py, GPU only) while
          configurations are attached and detached on it in turn: plain, empty
          entry+return programs on every symbol clockalign probes, `clockalign record`
@@ -24,6 +25,8 @@ one each round), medians and spread over the rounds:
 Writes OUT/overhead.json (every raw measurement) and OUT/overhead.md.
 """
 import argparse
+import contextlib
+import ctypes
 import datetime
 import json
 import os
@@ -34,6 +37,7 @@ import shutil
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -196,6 +200,101 @@ class bpf_stats:
 
     def __exit__(self, *exc):
         open(self.PATH, "w").write(self.old)
+
+
+# ---------------------------------------------------------------- every BPF program (bpf())
+# A recorder's programs live in its own process, out of reach of this one's fdinfo: the
+# bpf() syscall walks every program of the system by id instead.  struct bpf_prog_info's
+# offsets are those of include/uapi/linux/bpf.h (stable: fields are only ever appended).
+NR_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
+BPF_PROG_GET_NEXT_ID, BPF_PROG_GET_FD_BY_ID, BPF_OBJ_GET_INFO_BY_FD = 11, 13, 15
+PROG_INFO = {"jited_prog_len": 16, "name": 64, "run_time_ns": 192, "run_cnt": 200}
+PROG_INFO_LEN = 208             # through run_cnt: what the kernel fills (since 5.1)
+
+
+class _IdAttr(ctypes.Structure):
+    """union bpf_attr for BPF_PROG_GET_NEXT_ID (start_id, next_id) and
+    BPF_PROG_GET_FD_BY_ID (prog_id in the first field)."""
+    _fields_ = [("id", ctypes.c_uint32), ("next_id", ctypes.c_uint32),
+                ("open_flags", ctypes.c_uint32)]
+
+
+class _InfoAttr(ctypes.Structure):
+    """union bpf_attr for BPF_OBJ_GET_INFO_BY_FD."""
+    _fields_ = [("bpf_fd", ctypes.c_uint32), ("info_len", ctypes.c_uint32),
+                ("info", ctypes.c_uint64)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _bpf_call(cmd, attr) -> int:
+    return _libc.syscall(NR_BPF, cmd, ctypes.byref(attr), ctypes.sizeof(attr))
+
+
+def system_progs() -> dict:
+    """{id: (name, run_cnt, run_time_ns, jited)} of every BPF program loaded now (names
+    cut to 15 characters by the kernel; the counts move only while bpf_stats_enabled is
+    1).  A program unloaded between its id and its fd is skipped."""
+    out, attr = {}, _IdAttr()
+    while _bpf_call(BPF_PROG_GET_NEXT_ID, attr) == 0:     # -1 with ENOENT: the last one
+        pid = attr.next_id
+        attr = _IdAttr(id=pid)
+        fd = _bpf_call(BPF_PROG_GET_FD_BY_ID, _IdAttr(id=pid))
+        if fd < 0:
+            continue
+        try:
+            buf = ctypes.create_string_buffer(PROG_INFO_LEN)
+            info = _InfoAttr(bpf_fd=fd, info_len=PROG_INFO_LEN, info=ctypes.addressof(buf))
+            if _bpf_call(BPF_OBJ_GET_INFO_BY_FD, info) != 0:
+                continue
+            raw = buf.raw
+            name = raw[PROG_INFO["name"]:PROG_INFO["name"] + 16].split(b"\0")[0].decode(
+                errors="replace")
+            (jited,) = struct.unpack_from("<I", raw, PROG_INFO["jited_prog_len"])
+            (run_time,) = struct.unpack_from("<Q", raw, PROG_INFO["run_time_ns"])
+            (run_cnt,) = struct.unpack_from("<Q", raw, PROG_INFO["run_cnt"])
+            out[pid] = (name, run_cnt, run_time, "1" if jited else "0")
+        finally:
+            os.close(fd)
+    return out
+
+
+def progs_named(snap, ids) -> dict:
+    """{program: (run_cnt, run_time_ns, jited)} of those ids of a system_progs() snapshot,
+    keyed like prog_stats; names that several of them share (the kernel keeps 15
+    characters: sched_process_exit/_fork) get #1, #2... in load (id) order, the same
+    from run to run."""
+    mine = [(i, snap[i]) for i in sorted(ids) if i in snap]
+    names = [v[0] for _, v in mine]
+    out = {}
+    for i, (name, cnt, t, jit) in mine:
+        if names.count(name) > 1:
+            name = f"{name}#{sum(1 for k in out if k.split('#')[0] == name) + 1}"
+        out[name] = (cnt, t, jit)
+    return out
+
+
+def held_prog_ids(pid) -> set:
+    """Ids of the BPF programs that pid and its descendants hold a program or link fd to
+    (fdinfo's prog_id): which new programs are the recorder's, and not those of another
+    tool loaded meanwhile on a shared host."""
+    ids, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for fd in os.listdir(f"/proc/{p}/fdinfo"):
+                try:
+                    for line in open(f"/proc/{p}/fdinfo/{fd}"):
+                        if line.startswith("prog_id:"):
+                            ids.add(int(line.split()[1]))
+                except (OSError, ValueError):
+                    continue
+            for task in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in open(f"/proc/{p}/task/{task}/children").read().split()]
+        except OSError:
+            continue
+    return ids
 
 
 class Recording:
@@ -392,32 +491,43 @@ def part_micro(lib, storm, rounds, calls, only=None):
             drain.rings.remove(p.ring)
             time.sleep(0.05)
             p.close()
-        return detach
+        return detach, p._bpf.funcs
+
+    def attach(cfg, pid):
+        """Attach an in-process configuration to pid, the same in both passes: (detach,
+        {name: BPF function} whose fdinfo has the programs' statistics)."""
+        if cfg in objs:
+            return attach_stage(cfg, pid), objs[cfg].funcs
+        if cfg == "pair_empty_multi":
+            return attach_empty_multi(pid), empty.funcs
+        return attach_probes(cfg, pid)
+
+    def start_recorder(cfg, pid):
+        """`clockalign record`/`watch` on pid, armed: the same in both passes."""
+        kind = WatchRecording if cfg == "watch" else Recording
+        rec = kind(pid, tmp / f"{cfg}.ca", lib=lib, full=cfg != "clockalign_min")
+        rec.wait_armed()
+        return rec
 
     configs = ["plain"] + [s[0] for s in STAGES] + [
         "pair_empty_multi", "probes_cuda", "probes_cuda_map", "probes_cuda_regs", "probes_all",
         "clockalign_min", "clockalign_full", "watch"]
     if only:
         configs = [c for c in configs if c in only or c == "plain"]
+    recorded = [c for c in configs if is_recorder(c)]
     tmp = Path(tempfile.mkdtemp(prefix="pc-micro-"))
     results = {c: [] for c in configs}
     lost = {c: [] for c in configs}
-    recorders = {c: [] for c in configs if c.startswith("clockalign_") or c == "watch"}
+    recorders = {c: [] for c in recorded}
     for rnd in range(rounds):
         order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
         for cfg in order:
             st = Storm(storm, lib, calls=calls)
             rec = detach = None
-            if cfg in objs:
-                detach = attach_stage(cfg, st.pid)
-            elif cfg == "pair_empty_multi":
-                detach = attach_empty_multi(st.pid)
-            elif cfg.startswith("probes_"):
-                detach = attach_probes(cfg, st.pid)
-            elif cfg.startswith("clockalign_") or cfg == "watch":
-                rec = (WatchRecording if cfg == "watch" else Recording)(
-                    st.pid, tmp / f"{cfg}.ca", lib=lib, full=cfg != "clockalign_min")
-                rec.wait_armed()
+            if cfg in recorded:
+                rec = start_recorder(cfg, st.pid)
+            elif cfg != "plain":
+                detach, _ = attach(cfg, st.pid)
             lost0 = _lost(objs.get(cfg))
             res = st.go()
             time.sleep(0.05)
@@ -436,39 +546,45 @@ def part_micro(lib, storm, rounds, calls, only=None):
             results[cfg].append(res["ns_per_call"])
             print(f"micro round {rnd} {cfg:16s} {res['ns_per_call']:9.1f} ns/call", flush=True)
 
-    # BPF run time per program, from the kernel's own statistics
+    # BPF run time per program, from the kernel's own statistics: in-process programs from
+    # this process's fdinfo, a recorder's by the bpf() syscall (the programs that appeared
+    # with it and that it holds), each snapshot just before and just after the storm
     stats = {}
     with bpf_stats():
-        for cfg in [c for c in configs if c in objs or c.startswith("probes_")]:
+        for cfg in configs[1:]:
             st = Storm(storm, lib, calls=calls)
-            if cfg in objs:
-                before = prog_stats(objs[cfg].funcs)
-                detach = attach_stage(cfg, st.pid)
-                funcs = objs[cfg].funcs
-            else:
-                p = Probes(ProbeOptions(cuda_lib=lib, connect=cfg == "probes_all",
-                                        sched=cfg == "probes_all", xid=False,
-                                        cuda_args="registers" if cfg.endswith("_regs")
-                                        else "full", pid_links=not cfg.endswith("_map")),
-                           [st.pid])
-                drain.rings.append(p.ring)
-                before = {}
-                funcs = p._bpf.funcs
-            res = st.go()
-            after = prog_stats(funcs)
-            if cfg in objs:
-                detach()
-            else:
-                drain.rings.remove(p.ring)
+            extra = {}
+            if cfg in recorded:
+                old = set(system_progs())
+                rec = start_recorder(cfg, st.pid)
+                snap = system_progs()
+                new = set(snap) - old
+                ids = new & held_prog_ids(rec.p.pid)
+                if not ids:                       # its fdinfo unreadable: every new one
+                    ids = new
+                extra["new_programs_not_held"] = sorted(snap[i][0] for i in new - ids)
+                before = progs_named(snap, ids)
+                res = st.go()
+                after = progs_named(system_progs(), ids)
                 time.sleep(0.05)
-                p.close()
+                r = rec.stop()
+                extra["recorder"] = {"cuda_events": (r["counts"] or {}).get("cuda"),
+                                     "returncode": r["returncode"]}
+                extra["method"] = "bpf() syscall: the recorder's programs"
+            else:
+                detach, funcs = attach(cfg, st.pid)
+                before = prog_stats(funcs)
+                res = st.go()
+                after = prog_stats(funcs)
+                detach()
+                extra["method"] = "fdinfo: this process's programs"
             per = {}
             for k, (cnt, t, jit) in after.items():
                 c0, t0, _ = before.get(k, (0, 0, None))
                 if cnt - c0 > 0:
                     per[k] = {"runs": cnt - c0, "ns_per_run": (t - t0) / (cnt - c0),
                               "jited": jit}
-            stats[cfg] = {"storm_ns_per_call": res["ns_per_call"], "programs": per}
+            stats[cfg] = {"storm_ns_per_call": res["ns_per_call"], "programs": per, **extra}
             print(f"bpf stats {cfg:16s} " + ", ".join(
                 f"{k} {v['ns_per_run']:.0f} ns x{v['runs']}" for k, v in per.items()
                 if v["runs"] >= calls // 2 or "sched" in k), flush=True)
@@ -492,6 +608,11 @@ def part_micro(lib, storm, rounds, calls, only=None):
             "lost_per_run": lost,
             "recorders": recorders,
             "bpf_stats": stats}
+
+
+def is_recorder(cfg):
+    """A configuration run as a `clockalign record`/`watch` subprocess."""
+    return cfg.startswith("clockalign_") or cfg == "watch"
 
 
 def _lost(b):
