@@ -85,11 +85,47 @@ def clockalign_cmd(*args):
     return [sys.executable, "-m", "clockalign.cli.main", *args]
 
 
-def child_env():
+# main's event transport for the A/B: unset or "slots", the per-CPU slot rings (the
+# default); "perf", the per-CPU perf buffers.  Read by Probes(...) when constructed and by
+# `clockalign record`/`watch` from their environment.
+BUFFERS_ENV = "CLOCKALIGN_BUFFERS"
+BUFFERS = {"probes_cuda_perf": "perf", "clockalign_full_perf": "perf"}
+
+
+def with_overrides(env, overrides):
+    """env with overrides applied in place: a value sets the variable, None removes it."""
+    for k, v in (overrides or {}).items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def child_env(overrides=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(HERE.parent / "agent") + (":" + env["PYTHONPATH"]
                                                        if env.get("PYTHONPATH") else "")
-    return env
+    return with_overrides(env, overrides)
+
+
+@contextlib.contextmanager
+def environ(overrides):
+    """os.environ with overrides for the with-block only (restored after): what Probes
+    reads when constructed, and nothing else in this process should see."""
+    old = {k: os.environ.get(k) for k in overrides}
+    with_overrides(os.environ, overrides)
+    try:
+        yield
+    finally:
+        with_overrides(os.environ, old)
+
+
+def buffers_env(cfg):
+    """{CLOCKALIGN_BUFFERS: cfg's transport}; None (unset: the default) for every other
+    configuration, whatever the caller's environment says, so that the A/B compares the
+    two transports."""
+    return {BUFFERS_ENV: BUFFERS.get(cfg)}
 
 
 def summarize(vals):
@@ -298,9 +334,10 @@ def held_prog_ids(pid) -> set:
 
 
 class Recording:
-    """`clockalign record --pid PID` in a subprocess; started() returns once armed."""
+    """`clockalign record --pid PID` in a subprocess; started() returns once armed.  env:
+    overrides of this process's environment for it (a value sets, None removes)."""
 
-    def __init__(self, pid, out, lib=None, full=True, extra=()):
+    def __init__(self, pid, out, lib=None, full=True, extra=(), env=None):
         args = ["record", "--pid", str(pid), "-o", str(out), "--quiet"]
         if lib:
             args += ["--libcuda", lib]
@@ -309,7 +346,7 @@ class Recording:
         self.out = Path(out)
         if self.out.exists():
             self.out.unlink()
-        self.p = subprocess.Popen(clockalign_cmd(*args, *extra), env=child_env(),
+        self.p = subprocess.Popen(clockalign_cmd(*args, *extra), env=child_env(env),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def wait_armed(self, timeout=120):
@@ -367,7 +404,7 @@ class WatchRecording(Recording):
     armed once its /metrics says clockalign_probes_armed 1; its counts and drops are
     scraped from /metrics just before it is stopped."""
 
-    def __init__(self, pid, out, lib=None, full=True, extra=()):
+    def __init__(self, pid, out, lib=None, full=True, extra=(), env=None):
         import socket as _socket
         with _socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -378,7 +415,7 @@ class WatchRecording(Recording):
         if not full:
             args += ["--counters", "none", "--no-gpu-clock"]
         self.out = None
-        self.p = subprocess.Popen(clockalign_cmd(*args, *extra), env=child_env(),
+        self.p = subprocess.Popen(clockalign_cmd(*args, *extra), env=child_env(env),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def metrics(self):
@@ -482,9 +519,10 @@ def part_micro(lib, storm, rounds, calls, only=None):
 
     def attach_probes(cfg, pid):
         sched = cfg == "probes_all"
-        p = Probes(ProbeOptions(cuda_lib=lib, connect=sched, sched=sched, xid=sched,
-                                cuda_args="registers" if cfg.endswith("_regs") else "full",
-                                pid_links=not cfg.endswith("_map")), [pid])
+        with environ(buffers_env(cfg)):
+            p = Probes(ProbeOptions(cuda_lib=lib, connect=sched, sched=sched, xid=sched,
+                                    cuda_args="registers" if cfg.endswith("_regs") else "full",
+                                    pid_links=not cfg.endswith("_map")), [pid])
         drain.rings.append(p.ring)
 
         def detach():
@@ -505,13 +543,15 @@ def part_micro(lib, storm, rounds, calls, only=None):
     def start_recorder(cfg, pid):
         """`clockalign record`/`watch` on pid, armed: the same in both passes."""
         kind = WatchRecording if cfg == "watch" else Recording
-        rec = kind(pid, tmp / f"{cfg}.ca", lib=lib, full=cfg != "clockalign_min")
+        rec = kind(pid, tmp / f"{cfg}.ca", lib=lib, full=cfg != "clockalign_min",
+                   env=buffers_env(cfg))
         rec.wait_armed()
         return rec
 
     configs = ["plain"] + [s[0] for s in STAGES] + [
-        "pair_empty_multi", "probes_cuda", "probes_cuda_map", "probes_cuda_regs", "probes_all",
-        "clockalign_min", "clockalign_full", "watch"]
+        "pair_empty_multi", "probes_cuda", "probes_cuda_perf", "probes_cuda_map",
+        "probes_cuda_regs", "probes_all", "clockalign_min", "clockalign_full",
+        "clockalign_full_perf", "watch"]
     if only:
         configs = [c for c in configs if c in only or c == "plain"]
     recorded = [c for c in configs if is_recorder(c)]
@@ -596,17 +636,25 @@ def part_micro(lib, storm, rounds, calls, only=None):
             "stages": dict({n: d for n, _, d in STAGES}, pair_empty_multi=
                            "empty programs on entry and return, as a uprobe_multi link (how "
                            "clockalign attaches)",
-                           probes_cuda="bpf/probes.c, CUDA probes only, per-process links",
+                           probes_cuda="bpf/probes.c, CUDA probes only, per-process links, "
+                           "default event buffers (CLOCKALIGN_BUFFERS unset: slot rings)",
+                           probes_cuda_perf="same, CLOCKALIGN_BUFFERS=perf (per-CPU perf "
+                           "buffers)",
                            probes_cuda_map="same, one link for all processes + target map",
                            probes_cuda_regs="same, --cuda-args registers (no user reads)",
                            probes_all="bpf/probes.c with sched/connect/thread tracepoints",
                            clockalign_min="clockalign record --counters none --no-gpu-clock",
-                           clockalign_full="clockalign record, everything on",
+                           clockalign_full="clockalign record, everything on, default "
+                           "event buffers (CLOCKALIGN_BUFFERS unset: slot rings)",
+                           clockalign_full_perf="same, CLOCKALIGN_BUFFERS=perf (per-CPU perf "
+                           "buffers)",
                            watch="clockalign watch (no run file), everything on"),
             "first_instructions": first_instructions(lib, ["cuLaunchKernel"]),
             "ns_per_call": {c: summarize(v) for c, v in results.items()},
             "lost_per_run": lost,
             "recorders": recorders,
+            "buffers_env": {c: BUFFERS.get(c) for c in configs
+                            if c.startswith("probes_") or is_recorder(c)},
             "bpf_stats": stats}
 
 
