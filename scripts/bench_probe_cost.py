@@ -136,6 +136,41 @@ def summarize(vals):
             "n": len(vals), "all": vals}
 
 
+def reference_config(ns):
+    """The configuration added costs are divided by: the empty entry+return programs as a
+    uprobe_multi link (how clockalign attaches) where it ran, else as two perf uprobes."""
+    return "pair_empty_multi" if ns.get("pair_empty_multi") else "pair_empty"
+
+
+def added_ratios(by_round, ref):
+    """{configuration: its added ns/call over plain ÷ ref's}, three ways (None where ref
+    adds nothing): of the medians over rounds; per round, each against the same round's
+    plain and ref, so that a host drifting between rounds cancels out (median, min-max);
+    of the minimums over rounds, the usual estimate of a fixed cost under additive noise.
+    by_round: {configuration: ns/call of each round, in round order}."""
+    def ratio(a, b):
+        return a / b if b > 0 else None
+    plain, base = by_round.get("plain") or [], by_round.get(ref) or []
+    out = {}
+    for cfg, vals in by_round.items():
+        if cfg == "plain" or not vals or not plain or not base:
+            continue
+        med = statistics.median
+        out[cfg] = {
+            "of_medians": ratio(med(vals) - med(plain), med(base) - med(plain)),
+            "per_round": summarize([ratio(v - p, b - p) for v, p, b in zip(vals, plain, base)]),
+            "of_minimums": ratio(min(vals) - min(plain), min(base) - min(plain))}
+    return out
+
+
+def bpf_ns_per_call(micro, cfg):
+    """The BPF programs' own run time per traced call in cfg's stats run (None: none)."""
+    st = micro["bpf_stats"].get(cfg, {}).get("programs", {})
+    if not st:
+        return None
+    return sum(v["ns_per_run"] * v["runs"] for v in st.values()) / micro["calls_per_run"]
+
+
 # ---------------------------------------------------------------- building blocks
 def build_tools(work: Path):
     """(stand-in libcuda, storm's own one-function library, storm program)."""
@@ -651,6 +686,9 @@ def part_micro(lib, storm, rounds, calls, only=None):
                            watch="clockalign watch (no run file), everything on"),
             "first_instructions": first_instructions(lib, ["cuLaunchKernel"]),
             "ns_per_call": {c: summarize(v) for c, v in results.items()},
+            "ns_per_call_by_round": results,
+            "added_ratio_reference": reference_config(results),
+            "added_ratio": added_ratios(results, reference_config(results)),
             "lost_per_run": lost,
             "recorders": recorders,
             "buffers_env": {c: BUFFERS.get(c) for c in configs
@@ -894,22 +932,35 @@ def render(res) -> str:
     mi = res.get("micro")
     if mi:
         plain = mi["ns_per_call"]["plain"]["median"]
-        base = "pair_empty_multi" if mi["ns_per_call"].get("pair_empty_multi") else "pair_empty"
-        pair = (mi["ns_per_call"].get(base) or {}).get("median", float("nan"))
+        base = reference_config(mi["ns_per_call"])
+        ratios = mi.get("added_ratio") or added_ratios(
+            {c: s["all"] for c, s in mi["ns_per_call"].items() if s}, base)
+
+        def x(r):
+            return "—" if r is None else f"{r:.2f}×"
+
+        def spread(r):
+            return "—" if not r else f"{x(r['median'])} ({r['min']:.2f}–{r['max']:.2f})"
         out += ["## Per call (stand-in cuLaunchKernel, one thread, "
                 f"{mi['calls_per_run']} calls a run, {mi['rounds']} interleaved rounds)", "",
-                f"| configuration | ns/call median (min–max) | added over plain | added ÷ {base}'s "
-                "| BPF run time per call (kernel stats) |", "|---|---|---|---|---|"]
+                f"Added ÷ {base}'s is (configuration − plain) ÷ ({base} − plain), three ways: "
+                "of the medians over rounds; per round, against the same round's plain and "
+                f"{base} (drift between rounds cancels), median and min–max over rounds; of "
+                "the minimums over rounds (the usual estimate of a fixed cost under additive "
+                "noise).", "",
+                "| configuration | ns/call median (min–max) | added over plain (median) | "
+                f"added ÷ {base}'s: of medians | per round: median (min–max) | of minimums "
+                "| BPF run time per call (kernel stats) |", "|---|---|---|---|---|---|---|"]
         for cfg, s in mi["ns_per_call"].items():
             if not s:
                 continue
-            st = mi["bpf_stats"].get(cfg, {}).get("programs", {})
-            calls = mi["calls_per_run"]
-            bpf = sum(v["ns_per_run"] * v["runs"] for v in st.values()) / calls if st else None
+            bpf = bpf_ns_per_call(mi, cfg)
             desc = mi["stages"].get(cfg, "")
+            r = ratios.get(cfg) or {}
             out.append(f"| {cfg} {('— ' + desc) if desc else ''} | {s['median']:.0f} "
                        f"({s['min']:.0f}–{s['max']:.0f}) | {s['median'] - plain:+.0f} | "
-                       f"{(s['median'] - plain) / (pair - plain) if pair > plain else float('nan'):.2f}× | "
+                       f"{x(r.get('of_medians'))} | {spread(r.get('per_round'))} | "
+                       f"{x(r.get('of_minimums'))} | "
                        f"{'' if bpf is None else f'{bpf:.0f} ns'} |")
         out.append("")
         recs = {c: v for c, v in (mi.get("recorders") or {}).items() if v}
@@ -985,11 +1036,7 @@ def figure(res, path):
     med = [v["median"] - plain for _, v in rows][::-1]
     lo = [v["median"] - v["min"] for _, v in rows][::-1]
     hi = [v["max"] - v["median"] for _, v in rows][::-1]
-    bpf = []
-    for c in names:
-        st = mi["bpf_stats"].get(c, {}).get("programs", {})
-        bpf.append(sum(p["ns_per_run"] * p["runs"] for p in st.values()) / mi["calls_per_run"]
-                   if st else 0)
+    bpf = [bpf_ns_per_call(mi, c) or 0 for c in names]
     y = range(len(names))
     ax.barh(y, med, xerr=[lo, hi], color="#9ab", label="added wall time per call (median, "
             "min-max over rounds)")
