@@ -9,7 +9,9 @@ one each round), medians and spread over the rounds:
          rebuilt one piece at a time (scripts/bench/probe_stages.c: filter, clock reads,
          pairing state — hash map, per-thread array, task storage —, arguments, one ring
          record); the real bpf/probes.c (CUDA only, then with sched/connect/thread
-         tracepoints); `clockalign record` (minimal, then everything on).  A second pass
+         tracepoints); `clockalign record` (minimal, then everything on); probes.c CUDA
+         only and the full recording again with CLOCKALIGN_BUFFERS=perf (the event
+         transport's A/B: the per-CPU perf buffers against the default).  A second pass
          with kernel.bpf_stats_enabled reads each BPF program's own run time: this
          process's from fdinfo, a recorder's (record, watch) through the bpf() syscall.
   model  a warm ResNet-18 fp16 batch-1 loop (scripts/bench/resnet_loop.py, GPU only) while
@@ -619,7 +621,7 @@ def part_micro(lib, storm, rounds, calls, only=None):
             elif cfg in objs:
                 lost[cfg].append(_lost(objs[cfg]) - lost0)
             results[cfg].append(res["ns_per_call"])
-            print(f"micro round {rnd} {cfg:16s} {res['ns_per_call']:9.1f} ns/call", flush=True)
+            print(f"micro round {rnd} {cfg:20s} {res['ns_per_call']:9.1f} ns/call", flush=True)
 
     # BPF run time per program, from the kernel's own statistics: in-process programs from
     # this process's fdinfo, a recorder's by the bpf() syscall (the programs that appeared
@@ -660,7 +662,7 @@ def part_micro(lib, storm, rounds, calls, only=None):
                     per[k] = {"runs": cnt - c0, "ns_per_run": (t - t0) / (cnt - c0),
                               "jited": jit}
             stats[cfg] = {"storm_ns_per_call": res["ns_per_call"], "programs": per, **extra}
-            print(f"bpf stats {cfg:16s} " + ", ".join(
+            print(f"bpf stats {cfg:20s} " + ", ".join(
                 f"{k} {v['ns_per_run']:.0f} ns x{v['runs']}" for k, v in per.items()
                 if v["runs"] >= calls // 2 or "sched" in k), flush=True)
     drain.stop()
