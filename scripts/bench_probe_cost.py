@@ -9,8 +9,11 @@ one each round), medians and spread over the rounds:
          rebuilt one piece at a time (scripts/bench/probe_stages.c: filter, clock reads,
          pairing state — hash map, per-thread array, task storage —, arguments, one ring
          record); the real bpf/probes.c (CUDA only, then with sched/connect/thread
-         tracepoints); `clockalign record` (minimal, then everything on).  A second pass
-         with kernel.bpf_stats_enabled reads each BPF program's own run time from fdinfo.
+         tracepoints); `clockalign record` (minimal, then everything on); probes.c CUDA
+         only and the full recording again with CLOCKALIGN_BUFFERS=perf (the event
+         transport's A/B: the per-CPU perf buffers against the default).  A second pass
+         with kernel.bpf_stats_enabled reads each BPF program's own run time: this
+         process's from fdinfo, a recorder's (record, watch) through the bpf() syscall.
   model  a warm ResNet-18 fp16 batch-1 loop (scripts/bench/resnet_loop.py, GPU only) while
          configurations are attached and detached on it in turn: plain, empty
          entry+return programs on every symbol clockalign probes, `clockalign record`
@@ -24,6 +27,8 @@ one each round), medians and spread over the rounds:
 Writes OUT/overhead.json (every raw measurement) and OUT/overhead.md.
 """
 import argparse
+import contextlib
+import ctypes
 import datetime
 import json
 import os
@@ -34,12 +39,15 @@ import shutil
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
@@ -79,11 +87,47 @@ def clockalign_cmd(*args):
     return [sys.executable, "-m", "clockalign.cli.main", *args]
 
 
-def child_env():
+# main's event transport for the A/B: unset or "slots", the per-CPU slot rings (the
+# default); "perf", the per-CPU perf buffers.  Read by Probes(...) when constructed and by
+# `clockalign record`/`watch` from their environment.
+BUFFERS_ENV = "CLOCKALIGN_BUFFERS"
+BUFFERS = {"probes_cuda_perf": "perf", "clockalign_full_perf": "perf"}
+
+
+def with_overrides(env, overrides):
+    """env with overrides applied in place: a value sets the variable, None removes it."""
+    for k, v in (overrides or {}).items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def child_env(overrides=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(HERE.parent / "agent") + (":" + env["PYTHONPATH"]
                                                        if env.get("PYTHONPATH") else "")
-    return env
+    return with_overrides(env, overrides)
+
+
+@contextlib.contextmanager
+def environ(overrides):
+    """os.environ with overrides for the with-block only (restored after): what Probes
+    reads when constructed, and nothing else in this process should see."""
+    old = {k: os.environ.get(k) for k in overrides}
+    with_overrides(os.environ, overrides)
+    try:
+        yield
+    finally:
+        with_overrides(os.environ, old)
+
+
+def buffers_env(cfg):
+    """{CLOCKALIGN_BUFFERS: cfg's transport}; None (unset: the default) for every other
+    configuration, whatever the caller's environment says, so that the A/B compares the
+    two transports."""
+    return {BUFFERS_ENV: BUFFERS.get(cfg)}
 
 
 def summarize(vals):
@@ -92,6 +136,41 @@ def summarize(vals):
         return None
     return {"median": statistics.median(vals), "min": min(vals), "max": max(vals),
             "n": len(vals), "all": vals}
+
+
+def reference_config(ns):
+    """The configuration added costs are divided by: the empty entry+return programs as a
+    uprobe_multi link (how clockalign attaches) where it ran, else as two perf uprobes."""
+    return "pair_empty_multi" if ns.get("pair_empty_multi") else "pair_empty"
+
+
+def added_ratios(by_round, ref):
+    """{configuration: its added ns/call over plain ÷ ref's}, three ways (None where ref
+    adds nothing): of the medians over rounds; per round, each against the same round's
+    plain and ref, so that a host drifting between rounds cancels out (median, min-max);
+    of the minimums over rounds, the usual estimate of a fixed cost under additive noise.
+    by_round: {configuration: ns/call of each round, in round order}."""
+    def ratio(a, b):
+        return a / b if b > 0 else None
+    plain, base = by_round.get("plain") or [], by_round.get(ref) or []
+    out = {}
+    for cfg, vals in by_round.items():
+        if cfg == "plain" or not vals or not plain or not base:
+            continue
+        med = statistics.median
+        out[cfg] = {
+            "of_medians": ratio(med(vals) - med(plain), med(base) - med(plain)),
+            "per_round": summarize([ratio(v - p, b - p) for v, p, b in zip(vals, plain, base)]),
+            "of_minimums": ratio(min(vals) - min(plain), min(base) - min(plain))}
+    return out
+
+
+def bpf_ns_per_call(micro, cfg):
+    """The BPF programs' own run time per traced call in cfg's stats run (None: none)."""
+    st = micro["bpf_stats"].get(cfg, {}).get("programs", {})
+    if not st:
+        return None
+    return sum(v["ns_per_run"] * v["runs"] for v in st.values()) / micro["calls_per_run"]
 
 
 # ---------------------------------------------------------------- building blocks
@@ -196,10 +275,106 @@ class bpf_stats:
         open(self.PATH, "w").write(self.old)
 
 
-class Recording:
-    """`clockalign record --pid PID` in a subprocess; started() returns once armed."""
+# ---------------------------------------------------------------- every BPF program (bpf())
+# A recorder's programs live in its own process, out of reach of this one's fdinfo: the
+# bpf() syscall walks every program of the system by id instead.  struct bpf_prog_info's
+# offsets are those of include/uapi/linux/bpf.h (stable: fields are only ever appended).
+NR_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
+BPF_PROG_GET_NEXT_ID, BPF_PROG_GET_FD_BY_ID, BPF_OBJ_GET_INFO_BY_FD = 11, 13, 15
+PROG_INFO = {"jited_prog_len": 16, "name": 64, "run_time_ns": 192, "run_cnt": 200}
+PROG_INFO_LEN = 208             # through run_cnt: what the kernel fills (since 5.1)
 
-    def __init__(self, pid, out, lib=None, full=True, extra=()):
+
+class _IdAttr(ctypes.Structure):
+    """union bpf_attr for BPF_PROG_GET_NEXT_ID (start_id, next_id) and
+    BPF_PROG_GET_FD_BY_ID (prog_id in the first field)."""
+    _fields_ = [("id", ctypes.c_uint32), ("next_id", ctypes.c_uint32),
+                ("open_flags", ctypes.c_uint32)]
+
+
+class _InfoAttr(ctypes.Structure):
+    """union bpf_attr for BPF_OBJ_GET_INFO_BY_FD."""
+    _fields_ = [("bpf_fd", ctypes.c_uint32), ("info_len", ctypes.c_uint32),
+                ("info", ctypes.c_uint64)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _bpf_call(cmd, attr) -> int:
+    return _libc.syscall(NR_BPF, cmd, ctypes.byref(attr), ctypes.sizeof(attr))
+
+
+def system_progs() -> dict:
+    """{id: (name, run_cnt, run_time_ns, jited)} of every BPF program loaded now (names
+    cut to 15 characters by the kernel; the counts move only while bpf_stats_enabled is
+    1).  A program unloaded between its id and its fd is skipped."""
+    out, attr = {}, _IdAttr()
+    while _bpf_call(BPF_PROG_GET_NEXT_ID, attr) == 0:     # -1 with ENOENT: the last one
+        pid = attr.next_id
+        attr = _IdAttr(id=pid)
+        fd = _bpf_call(BPF_PROG_GET_FD_BY_ID, _IdAttr(id=pid))
+        if fd < 0:
+            continue
+        try:
+            buf = ctypes.create_string_buffer(PROG_INFO_LEN)
+            info = _InfoAttr(bpf_fd=fd, info_len=PROG_INFO_LEN, info=ctypes.addressof(buf))
+            if _bpf_call(BPF_OBJ_GET_INFO_BY_FD, info) != 0:
+                continue
+            raw = buf.raw
+            name = raw[PROG_INFO["name"]:PROG_INFO["name"] + 16].split(b"\0")[0].decode(
+                errors="replace")
+            (jited,) = struct.unpack_from("<I", raw, PROG_INFO["jited_prog_len"])
+            (run_time,) = struct.unpack_from("<Q", raw, PROG_INFO["run_time_ns"])
+            (run_cnt,) = struct.unpack_from("<Q", raw, PROG_INFO["run_cnt"])
+            out[pid] = (name, run_cnt, run_time, "1" if jited else "0")
+        finally:
+            os.close(fd)
+    return out
+
+
+def progs_named(snap, ids) -> dict:
+    """{program: (run_cnt, run_time_ns, jited)} of those ids of a system_progs() snapshot,
+    keyed like prog_stats; names that several of them share (the kernel keeps 15
+    characters: sched_process_exit/_fork) get #1, #2... in load (id) order, the same
+    from run to run."""
+    mine = [(i, snap[i]) for i in sorted(ids) if i in snap]
+    names = [v[0] for _, v in mine]
+    out = {}
+    for i, (name, cnt, t, jit) in mine:
+        if names.count(name) > 1:
+            name = f"{name}#{sum(1 for k in out if k.split('#')[0] == name) + 1}"
+        out[name] = (cnt, t, jit)
+    return out
+
+
+def held_prog_ids(pid) -> set:
+    """Ids of the BPF programs that pid and its descendants hold a program or link fd to
+    (fdinfo's prog_id): which new programs are the recorder's, and not those of another
+    tool loaded meanwhile on a shared host."""
+    ids, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for fd in os.listdir(f"/proc/{p}/fdinfo"):
+                try:
+                    for line in open(f"/proc/{p}/fdinfo/{fd}"):
+                        if line.startswith("prog_id:"):
+                            ids.add(int(line.split()[1]))
+                except (OSError, ValueError):
+                    continue
+            for task in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in open(f"/proc/{p}/task/{task}/children").read().split()]
+        except OSError:
+            continue
+    return ids
+
+
+class Recording:
+    """`clockalign record --pid PID` in a subprocess; started() returns once armed.  env:
+    overrides of this process's environment for it (a value sets, None removes)."""
+
+    def __init__(self, pid, out, lib=None, full=True, extra=(), env=None):
         args = ["record", "--pid", str(pid), "-o", str(out), "--quiet"]
         if lib:
             args += ["--libcuda", lib]
@@ -208,7 +383,7 @@ class Recording:
         self.out = Path(out)
         if self.out.exists():
             self.out.unlink()
-        self.p = subprocess.Popen(clockalign_cmd(*args, *extra), env=child_env(),
+        self.p = subprocess.Popen(clockalign_cmd(*args, *extra), env=child_env(env),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def wait_armed(self, timeout=120):
@@ -266,7 +441,7 @@ class WatchRecording(Recording):
     armed once its /metrics says clockalign_probes_armed 1; its counts and drops are
     scraped from /metrics just before it is stopped."""
 
-    def __init__(self, pid, out, lib=None, full=True, extra=()):
+    def __init__(self, pid, out, lib=None, full=True, extra=(), env=None):
         import socket as _socket
         with _socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -277,7 +452,7 @@ class WatchRecording(Recording):
         if not full:
             args += ["--counters", "none", "--no-gpu-clock"]
         self.out = None
-        self.p = subprocess.Popen(clockalign_cmd(*args, *extra), env=child_env(),
+        self.p = subprocess.Popen(clockalign_cmd(*args, *extra), env=child_env(env),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def metrics(self):
@@ -346,7 +521,10 @@ def part_micro(lib, storm, rounds, calls, only=None):
     for name, b in objs.items():
         drain.rings.append(RingReader(b["events"].map_fd, 4096 * 4096,
                                       f"V{72 if '72' in name else 128}"))
-    drain.rings.append(PerfBuffers(objs["record_perf"]["pevents"], 4 << 20, "V128"))
+    # a structured dtype with a leading ts: PerfBuffers merges CPUs by dtype.names' "ts"
+    # (a bare "V128" has no names, and that merge raised TypeError in the Drain thread)
+    drain.rings.append(PerfBuffers(objs["record_perf"]["pevents"], 4 << 20,
+                                   np.dtype([("ts", "<u8"), ("rest", "V120")])))
 
     def attach_stage(name, pid):
         import ctypes
@@ -378,41 +556,55 @@ def part_micro(lib, storm, rounds, calls, only=None):
 
     def attach_probes(cfg, pid):
         sched = cfg == "probes_all"
-        p = Probes(ProbeOptions(cuda_lib=lib, connect=sched, sched=sched, xid=sched,
-                                cuda_args="registers" if cfg.endswith("_regs") else "full",
-                                pid_links=not cfg.endswith("_map")), [pid])
+        with environ(buffers_env(cfg)):
+            p = Probes(ProbeOptions(cuda_lib=lib, connect=sched, sched=sched, xid=sched,
+                                    cuda_args="registers" if cfg.endswith("_regs") else "full",
+                                    pid_links=not cfg.endswith("_map")), [pid])
         drain.rings.append(p.ring)
 
         def detach():
             drain.rings.remove(p.ring)
             time.sleep(0.05)
             p.close()
-        return detach
+        return detach, p._bpf.funcs
+
+    def attach(cfg, pid):
+        """Attach an in-process configuration to pid, the same in both passes: (detach,
+        {name: BPF function} whose fdinfo has the programs' statistics)."""
+        if cfg in objs:
+            return attach_stage(cfg, pid), objs[cfg].funcs
+        if cfg == "pair_empty_multi":
+            return attach_empty_multi(pid), empty.funcs
+        return attach_probes(cfg, pid)
+
+    def start_recorder(cfg, pid):
+        """`clockalign record`/`watch` on pid, armed: the same in both passes."""
+        kind = WatchRecording if cfg == "watch" else Recording
+        rec = kind(pid, tmp / f"{cfg}.ca", lib=lib, full=cfg != "clockalign_min",
+                   env=buffers_env(cfg))
+        rec.wait_armed()
+        return rec
 
     configs = ["plain"] + [s[0] for s in STAGES] + [
-        "pair_empty_multi", "probes_cuda", "probes_cuda_map", "probes_cuda_regs", "probes_all",
-        "clockalign_min", "clockalign_full", "watch"]
+        "pair_empty_multi", "probes_cuda", "probes_cuda_perf", "probes_cuda_map",
+        "probes_cuda_regs", "probes_all", "clockalign_min", "clockalign_full",
+        "clockalign_full_perf", "watch"]
     if only:
         configs = [c for c in configs if c in only or c == "plain"]
+    recorded = [c for c in configs if is_recorder(c)]
     tmp = Path(tempfile.mkdtemp(prefix="pc-micro-"))
     results = {c: [] for c in configs}
     lost = {c: [] for c in configs}
-    recorders = {c: [] for c in configs if c.startswith("clockalign_") or c == "watch"}
+    recorders = {c: [] for c in recorded}
     for rnd in range(rounds):
         order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
         for cfg in order:
             st = Storm(storm, lib, calls=calls)
             rec = detach = None
-            if cfg in objs:
-                detach = attach_stage(cfg, st.pid)
-            elif cfg == "pair_empty_multi":
-                detach = attach_empty_multi(st.pid)
-            elif cfg.startswith("probes_"):
-                detach = attach_probes(cfg, st.pid)
-            elif cfg.startswith("clockalign_") or cfg == "watch":
-                rec = (WatchRecording if cfg == "watch" else Recording)(
-                    st.pid, tmp / f"{cfg}.ca", lib=lib, full=cfg != "clockalign_min")
-                rec.wait_armed()
+            if cfg in recorded:
+                rec = start_recorder(cfg, st.pid)
+            elif cfg != "plain":
+                detach, _ = attach(cfg, st.pid)
             lost0 = _lost(objs.get(cfg))
             res = st.go()
             time.sleep(0.05)
@@ -429,42 +621,48 @@ def part_micro(lib, storm, rounds, calls, only=None):
             elif cfg in objs:
                 lost[cfg].append(_lost(objs[cfg]) - lost0)
             results[cfg].append(res["ns_per_call"])
-            print(f"micro round {rnd} {cfg:16s} {res['ns_per_call']:9.1f} ns/call", flush=True)
+            print(f"micro round {rnd} {cfg:20s} {res['ns_per_call']:9.1f} ns/call", flush=True)
 
-    # BPF run time per program, from the kernel's own statistics
+    # BPF run time per program, from the kernel's own statistics: in-process programs from
+    # this process's fdinfo, a recorder's by the bpf() syscall (the programs that appeared
+    # with it and that it holds), each snapshot just before and just after the storm
     stats = {}
     with bpf_stats():
-        for cfg in [c for c in configs if c in objs or c.startswith("probes_")]:
+        for cfg in configs[1:]:
             st = Storm(storm, lib, calls=calls)
-            if cfg in objs:
-                before = prog_stats(objs[cfg].funcs)
-                detach = attach_stage(cfg, st.pid)
-                funcs = objs[cfg].funcs
-            else:
-                p = Probes(ProbeOptions(cuda_lib=lib, connect=cfg == "probes_all",
-                                        sched=cfg == "probes_all", xid=False,
-                                        cuda_args="registers" if cfg.endswith("_regs")
-                                        else "full", pid_links=not cfg.endswith("_map")),
-                           [st.pid])
-                drain.rings.append(p.ring)
-                before = {}
-                funcs = p._bpf.funcs
-            res = st.go()
-            after = prog_stats(funcs)
-            if cfg in objs:
-                detach()
-            else:
-                drain.rings.remove(p.ring)
+            extra = {}
+            if cfg in recorded:
+                old = set(system_progs())
+                rec = start_recorder(cfg, st.pid)
+                snap = system_progs()
+                new = set(snap) - old
+                ids = new & held_prog_ids(rec.p.pid)
+                if not ids:                       # its fdinfo unreadable: every new one
+                    ids = new
+                extra["new_programs_not_held"] = sorted(snap[i][0] for i in new - ids)
+                before = progs_named(snap, ids)
+                res = st.go()
+                after = progs_named(system_progs(), ids)
                 time.sleep(0.05)
-                p.close()
+                r = rec.stop()
+                extra["recorder"] = {"cuda_events": (r["counts"] or {}).get("cuda"),
+                                     "returncode": r["returncode"]}
+                extra["method"] = "bpf() syscall: the recorder's programs"
+            else:
+                detach, funcs = attach(cfg, st.pid)
+                before = prog_stats(funcs)
+                res = st.go()
+                after = prog_stats(funcs)
+                detach()
+                extra["method"] = "fdinfo: this process's programs"
             per = {}
             for k, (cnt, t, jit) in after.items():
                 c0, t0, _ = before.get(k, (0, 0, None))
                 if cnt - c0 > 0:
                     per[k] = {"runs": cnt - c0, "ns_per_run": (t - t0) / (cnt - c0),
                               "jited": jit}
-            stats[cfg] = {"storm_ns_per_call": res["ns_per_call"], "programs": per}
-            print(f"bpf stats {cfg:16s} " + ", ".join(
+            stats[cfg] = {"storm_ns_per_call": res["ns_per_call"], "programs": per, **extra}
+            print(f"bpf stats {cfg:20s} " + ", ".join(
                 f"{k} {v['ns_per_run']:.0f} ns x{v['runs']}" for k, v in per.items()
                 if v["runs"] >= calls // 2 or "sched" in k), flush=True)
     drain.stop()
@@ -475,18 +673,34 @@ def part_micro(lib, storm, rounds, calls, only=None):
             "stages": dict({n: d for n, _, d in STAGES}, pair_empty_multi=
                            "empty programs on entry and return, as a uprobe_multi link (how "
                            "clockalign attaches)",
-                           probes_cuda="bpf/probes.c, CUDA probes only, per-process links",
+                           probes_cuda="bpf/probes.c, CUDA probes only, per-process links, "
+                           "default event buffers (CLOCKALIGN_BUFFERS unset: slot rings)",
+                           probes_cuda_perf="same, CLOCKALIGN_BUFFERS=perf (per-CPU perf "
+                           "buffers)",
                            probes_cuda_map="same, one link for all processes + target map",
                            probes_cuda_regs="same, --cuda-args registers (no user reads)",
                            probes_all="bpf/probes.c with sched/connect/thread tracepoints",
                            clockalign_min="clockalign record --counters none --no-gpu-clock",
-                           clockalign_full="clockalign record, everything on",
+                           clockalign_full="clockalign record, everything on, default "
+                           "event buffers (CLOCKALIGN_BUFFERS unset: slot rings)",
+                           clockalign_full_perf="same, CLOCKALIGN_BUFFERS=perf (per-CPU perf "
+                           "buffers)",
                            watch="clockalign watch (no run file), everything on"),
             "first_instructions": first_instructions(lib, ["cuLaunchKernel"]),
             "ns_per_call": {c: summarize(v) for c, v in results.items()},
+            "ns_per_call_by_round": results,
+            "added_ratio_reference": reference_config(results),
+            "added_ratio": added_ratios(results, reference_config(results)),
             "lost_per_run": lost,
             "recorders": recorders,
+            "buffers_env": {c: BUFFERS.get(c) for c in configs
+                            if c.startswith("probes_") or is_recorder(c)},
             "bpf_stats": stats}
+
+
+def is_recorder(cfg):
+    """A configuration run as a `clockalign record`/`watch` subprocess."""
+    return cfg.startswith("clockalign_") or cfg == "watch"
 
 
 def _lost(b):
@@ -720,22 +934,35 @@ def render(res) -> str:
     mi = res.get("micro")
     if mi:
         plain = mi["ns_per_call"]["plain"]["median"]
-        base = "pair_empty_multi" if mi["ns_per_call"].get("pair_empty_multi") else "pair_empty"
-        pair = (mi["ns_per_call"].get(base) or {}).get("median", float("nan"))
+        base = reference_config(mi["ns_per_call"])
+        ratios = mi.get("added_ratio") or added_ratios(
+            {c: s["all"] for c, s in mi["ns_per_call"].items() if s}, base)
+
+        def x(r):
+            return "—" if r is None else f"{r:.2f}×"
+
+        def spread(r):
+            return "—" if not r else f"{x(r['median'])} ({r['min']:.2f}–{r['max']:.2f})"
         out += ["## Per call (stand-in cuLaunchKernel, one thread, "
                 f"{mi['calls_per_run']} calls a run, {mi['rounds']} interleaved rounds)", "",
-                f"| configuration | ns/call median (min–max) | added over plain | added ÷ {base}'s "
-                "| BPF run time per call (kernel stats) |", "|---|---|---|---|---|"]
+                f"Added ÷ {base}'s is (configuration − plain) ÷ ({base} − plain), three ways: "
+                "of the medians over rounds; per round, against the same round's plain and "
+                f"{base} (drift between rounds cancels), median and min–max over rounds; of "
+                "the minimums over rounds (the usual estimate of a fixed cost under additive "
+                "noise).", "",
+                "| configuration | ns/call median (min–max) | added over plain (median) | "
+                f"added ÷ {base}'s: of medians | per round: median (min–max) | of minimums "
+                "| BPF run time per call (kernel stats) |", "|---|---|---|---|---|---|---|"]
         for cfg, s in mi["ns_per_call"].items():
             if not s:
                 continue
-            st = mi["bpf_stats"].get(cfg, {}).get("programs", {})
-            calls = mi["calls_per_run"]
-            bpf = sum(v["ns_per_run"] * v["runs"] for v in st.values()) / calls if st else None
+            bpf = bpf_ns_per_call(mi, cfg)
             desc = mi["stages"].get(cfg, "")
+            r = ratios.get(cfg) or {}
             out.append(f"| {cfg} {('— ' + desc) if desc else ''} | {s['median']:.0f} "
                        f"({s['min']:.0f}–{s['max']:.0f}) | {s['median'] - plain:+.0f} | "
-                       f"{(s['median'] - plain) / (pair - plain) if pair > plain else float('nan'):.2f}× | "
+                       f"{x(r.get('of_medians'))} | {spread(r.get('per_round'))} | "
+                       f"{x(r.get('of_minimums'))} | "
                        f"{'' if bpf is None else f'{bpf:.0f} ns'} |")
         out.append("")
         recs = {c: v for c, v in (mi.get("recorders") or {}).items() if v}
@@ -811,11 +1038,7 @@ def figure(res, path):
     med = [v["median"] - plain for _, v in rows][::-1]
     lo = [v["median"] - v["min"] for _, v in rows][::-1]
     hi = [v["max"] - v["median"] for _, v in rows][::-1]
-    bpf = []
-    for c in names:
-        st = mi["bpf_stats"].get(c, {}).get("programs", {})
-        bpf.append(sum(p["ns_per_run"] * p["runs"] for p in st.values()) / mi["calls_per_run"]
-                   if st else 0)
+    bpf = [bpf_ns_per_call(mi, c) or 0 for c in names]
     y = range(len(names))
     ax.barh(y, med, xerr=[lo, hi], color="#9ab", label="added wall time per call (median, "
             "min-max over rounds)")
