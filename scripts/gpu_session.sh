@@ -15,6 +15,9 @@
 #                                          # programs / clockalign in the time that is left
 #   scripts/gpu_session.sh cost OUTDIR     # ResNet-18 (rate and launching thread's CPU
 #                                          # time) in COST_ROUNDS rounds, then the micro
+#   scripts/gpu_session.sh slots OUTDIR    # the slot rings against the perf buffers: storms
+#                                          # (drops at 2 and 3 M/s), the micro A/B with every
+#                                          # configuration's BPF run time, watch beside record
 # Needs root, the offline bundle at .bundle/ (scripts/make_bundle.sh) and python3 with torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -114,6 +117,15 @@ elif [ "$stage" = rerun ]; then
             --window 3 --configs plain,pair_empty_multi,clockalign_full --out "$out/model" \
             > "$out/model.txt" 2>&1; echo "model rc=$?"; grep -E '^\|' "$out/model/overhead.md"
     fi
+elif [ "$stage" = slots ]; then
+    log storm
+    timeout 200 python3 scripts/bench_probe_cost.py --parts storm --storm-threads 1 \
+        --storm-seconds 5 --paced 8x250000x60,12x250000x20 --out "$out/storm" \
+        > "$out/storm.txt" 2>&1; echo "storm rc=$?"; grep -E '^\|' "$out/storm/overhead.md"
+    log micro-ab
+    timeout 330 python3 scripts/bench_probe_cost.py --parts micro --rounds "${AB_ROUNDS:-9}" \
+        --calls 100000 --configs pair_empty_multi,probes_cuda,probes_cuda_perf,clockalign_full,clockalign_full_perf,watch \
+        --out "$out/micro" > "$out/micro.txt" 2>&1; echo "micro rc=$?"; grep -E '^\|' "$out/micro/overhead.md"
 elif [ "$stage" = cost ]; then
     # ResNet-18 plain / empty programs / clockalign for COST_ROUNDS (default 14) rounds, by
     # rate and by the launching thread's CPU time; then the per-call micro with watch

@@ -214,6 +214,7 @@ class Probes:
         self.cuda_libraries = {}
         self._bpf = None
         self.ring = None
+        self.buffers = None           # the event transport: "slots" or "perf"
         flags, notes = build_cflags(opts)
         self.notes.extend(notes)
         self.cflags = flags
@@ -228,7 +229,8 @@ class Probes:
         if opts.cuda_lib:                 # {} (follow, no target yet): add_targets links
             self._attach_cuda(opts.cuda_lib)
         try:
-            if "-DCA_PERF_BUFFERS" in flags:
+            self.buffers = "perf" if "-DCA_PERF_BUFFERS" in flags else "slots"
+            if self.buffers == "perf":
                 self.ring = PerfBuffers(self._bpf["events"], buffer_bytes(opts), EVENT_DTYPE)
                 import ctypes
                 self._bpf["armed"][ctypes.c_int(0)] = ctypes.c_uint32(1)  # failures count now

@@ -573,7 +573,7 @@ class Recorder:
                    "drops": drops, "ring_records": probes.ring.records if probes.ring else None,
                    "ring_peak_fill": round(peak, 4),
                    "perf_lost": probes.ring.lost if probes.ring else None,
-                   "buffer_reader": self._reader_kind,
+                   "buffer_reader": self._reader_kind, "event_buffers": probes.buffers,
                    "helpers": stats, "child_exit": exit_info,
                    "unfinished_cuda": int(len(unfinished)), "clocks_end": read_clocks()}
         try:

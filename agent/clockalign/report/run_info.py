@@ -66,10 +66,12 @@ def info_lines(r, file) -> list:
         drops = {k: v for k, v in _map(r.trailer.get("drops")).items() if isinstance(v, int)}
         peak = r.trailer.get("ring_peak_fill")
         reader = r.trailer.get("buffer_reader")
+        kind = {"slots": " (slot rings)", "perf": " (perf buffers)"}.get(
+            r.trailer.get("event_buffers"), "")
         out.append(f"drops     {sum(drops.values())}" +
                    (" (" + ", ".join(f"{k} {v}" for k, v in drops.items()) + ")" if drops else "")
-                   + (f"; fullest event buffer {peak:.0%}" if isinstance(peak, (int, float))
-                      else "")
+                   + (f"; fullest event buffer {peak:.0%}{kind}"
+                      if isinstance(peak, (int, float)) else "")
                    + (f", read by the {'C' if reader == 'native' else 'Python'} reader thread"
                       if reader else ""))
         out.append(f"stopped   {r.trailer.get('reason')}")
