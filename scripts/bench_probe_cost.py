@@ -78,6 +78,24 @@ STAGES = [  # (name, cflags, what it adds)
      "array slot, record written in place into a per-CPU slot ring (mmapable array)"),
 ]
 
+# what each micro configuration is, for overhead.json and overhead.md
+STAGE_TEXT = dict({n: d for n, _, d in STAGES}, pair_empty_multi=
+    "empty programs on entry and return, as a uprobe_multi link (how "
+    "clockalign attaches)",
+    probes_cuda="bpf/probes.c, CUDA probes only, per-process links, "
+    "default event buffers (CLOCKALIGN_BUFFERS unset: slot rings)",
+    probes_cuda_perf="same, CLOCKALIGN_BUFFERS=perf (per-CPU perf "
+    "buffers)",
+    probes_cuda_map="same, one link for all processes + target map",
+    probes_cuda_regs="same, --cuda-args registers (no user reads)",
+    probes_all="bpf/probes.c with sched/connect/thread tracepoints",
+    clockalign_min="clockalign record --counters none --no-gpu-clock",
+    clockalign_full="clockalign record, everything on, default "
+    "event buffers (CLOCKALIGN_BUFFERS unset: slot rings)",
+    clockalign_full_perf="same, CLOCKALIGN_BUFFERS=perf (per-CPU perf "
+    "buffers)",
+    watch="clockalign watch (no run file), everything on")
+
 
 def now_ns():
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
@@ -210,12 +228,19 @@ def first_instructions(lib, symbols, n=2):
 class Storm:
     """One storm process, held before its first call until go()."""
 
+    # micro: the CPU every storm runs on (--cpu), so that configurations do not differ by
+    # where the scheduler put the calling thread; None: wherever it lands
+    cpu = None
+
     def __init__(self, storm, lib, threads=1, calls=None, seconds=None, rate=None):
         cmd = [storm, "--lib", lib, "--threads", str(threads), "--wait"]
         cmd += ["--calls", str(calls)] if calls else ["--seconds", str(seconds)]
         if rate:
             cmd += ["--rate", str(rate)]
-        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        cpu = Storm.cpu
+        pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  preexec_fn=pin)
         line = self.p.stdout.readline().split()
         if not line or line[0] != "ready":
             raise SystemExit(f"storm did not start: {line}")
@@ -510,7 +535,10 @@ class WatchRecording(Recording):
 
 
 # ---------------------------------------------------------------- part: micro
-def part_micro(lib, storm, rounds, calls, only=None):
+def part_micro(lib, storm, rounds, calls, only=None, stats_only=None, on_rounds=None):
+    """The timed rounds, then the BPF statistics pass (over stats_only's configurations
+    where given).  on_rounds(result) gets the result before that pass, so that a run cut
+    short there keeps its rounds."""
     BPF = import_bcc().BPF
     src = (HERE / "bench" / "probe_stages.c").read_text()
     objs = {}
@@ -623,12 +651,31 @@ def part_micro(lib, storm, rounds, calls, only=None):
             results[cfg].append(res["ns_per_call"])
             print(f"micro round {rnd} {cfg:20s} {res['ns_per_call']:9.1f} ns/call", flush=True)
 
+    stats = {}
+
+    def result():
+        return {"calls_per_run": calls, "rounds": rounds, "storm_cpu": Storm.cpu,
+                "stages": STAGE_TEXT,
+                "first_instructions": first_instructions(lib, ["cuLaunchKernel"]),
+                "ns_per_call": {c: summarize(v) for c, v in results.items()},
+                "ns_per_call_by_round": results,
+                "added_ratio_reference": reference_config(results),
+                "added_ratio": added_ratios(results, reference_config(results)),
+                "lost_per_run": lost,
+                "recorders": recorders,
+                "buffers_env": {c: BUFFERS.get(c) for c in configs
+                                if c.startswith("probes_") or is_recorder(c)},
+                "bpf_stats": stats}
+    if on_rounds:
+        on_rounds(result())
+
     # BPF run time per program, from the kernel's own statistics: in-process programs from
     # this process's fdinfo, a recorder's by the bpf() syscall (the programs that appeared
     # with it and that it holds), each snapshot just before and just after the storm
-    stats = {}
     with bpf_stats():
         for cfg in configs[1:]:
+            if stats_only and cfg not in stats_only:
+                continue
             st = Storm(storm, lib, calls=calls)
             extra = {}
             if cfg in recorded:
@@ -669,33 +716,7 @@ def part_micro(lib, storm, rounds, calls, only=None):
     for b in objs.values():
         b.cleanup()
     shutil.rmtree(tmp, ignore_errors=True)
-    return {"calls_per_run": calls, "rounds": rounds,
-            "stages": dict({n: d for n, _, d in STAGES}, pair_empty_multi=
-                           "empty programs on entry and return, as a uprobe_multi link (how "
-                           "clockalign attaches)",
-                           probes_cuda="bpf/probes.c, CUDA probes only, per-process links, "
-                           "default event buffers (CLOCKALIGN_BUFFERS unset: slot rings)",
-                           probes_cuda_perf="same, CLOCKALIGN_BUFFERS=perf (per-CPU perf "
-                           "buffers)",
-                           probes_cuda_map="same, one link for all processes + target map",
-                           probes_cuda_regs="same, --cuda-args registers (no user reads)",
-                           probes_all="bpf/probes.c with sched/connect/thread tracepoints",
-                           clockalign_min="clockalign record --counters none --no-gpu-clock",
-                           clockalign_full="clockalign record, everything on, default "
-                           "event buffers (CLOCKALIGN_BUFFERS unset: slot rings)",
-                           clockalign_full_perf="same, CLOCKALIGN_BUFFERS=perf (per-CPU perf "
-                           "buffers)",
-                           watch="clockalign watch (no run file), everything on"),
-            "first_instructions": first_instructions(lib, ["cuLaunchKernel"]),
-            "ns_per_call": {c: summarize(v) for c, v in results.items()},
-            "ns_per_call_by_round": results,
-            "added_ratio_reference": reference_config(results),
-            "added_ratio": added_ratios(results, reference_config(results)),
-            "lost_per_run": lost,
-            "recorders": recorders,
-            "buffers_env": {c: BUFFERS.get(c) for c in configs
-                            if c.startswith("probes_") or is_recorder(c)},
-            "bpf_stats": stats}
+    return result()
 
 
 def is_recorder(cfg):
@@ -1061,6 +1082,9 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=None, help="calls per micro run")
     ap.add_argument("--quick", action="store_true", help="smaller sizes (2-core VM, CI-like)")
     ap.add_argument("--configs", default=None, help="micro and model: only these configurations (model always runs plain)")
+    ap.add_argument("--cpu", type=int, default=None, help="micro: run every storm on this CPU")
+    ap.add_argument("--stats", default=None, help="micro: only these configurations in the "
+                    "BPF statistics pass (default: all)")
     ap.add_argument("--window", type=float, default=4.0, help="model: seconds per window")
     ap.add_argument("--storm-threads", default=None, help="comma list (default 1,2,4,8,12)")
     ap.add_argument("--storm-seconds", type=float, default=None)
@@ -1084,8 +1108,15 @@ def main(argv=None):
         (out / "overhead.json").write_text(json.dumps(res, indent=1) + "\n")
     if "micro" in parts:
         calls = a.calls or (20000 if a.quick else 200000)
+        Storm.cpu = a.cpu
+
+        def rounds_done(micro):
+            res["micro"] = micro
+            save()
+            (out / "overhead.md").write_text(render(res) + "\n")
         res["micro"] = part_micro(lib, storm, a.rounds, calls,
-                                  set(a.configs.split(",")) if a.configs else None)
+                                  set(a.configs.split(",")) if a.configs else None,
+                                  set(a.stats.split(",")) if a.stats else None, rounds_done)
         save()
     if "model" in parts:
         res["model"] = part_model(a.rounds, a.window, 1.0,

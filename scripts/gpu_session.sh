@@ -18,6 +18,8 @@
 #   scripts/gpu_session.sh slots OUTDIR    # the slot rings against the perf buffers: storms
 #                                          # (drops at 2 and 3 M/s), the micro A/B with every
 #                                          # configuration's BPF run time, watch beside record
+#   scripts/gpu_session.sh pinned OUTDIR   # the micro A/B with the storm pinned to one CPU,
+#                                          # then ResNet-18 in the rounds that fit PINNED_S
 # Needs root, the offline bundle at .bundle/ (scripts/make_bundle.sh) and python3 with torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -126,6 +128,21 @@ elif [ "$stage" = slots ]; then
     timeout 330 python3 scripts/bench_probe_cost.py --parts micro --rounds "${AB_ROUNDS:-9}" \
         --calls 100000 --configs pair_empty_multi,probes_cuda,probes_cuda_perf,clockalign_full,clockalign_full_perf,watch \
         --out "$out/micro" > "$out/micro.txt" 2>&1; echo "micro rc=$?"; grep -E '^\|' "$out/micro/overhead.md"
+elif [ "$stage" = pinned ]; then
+    t0=$(date +%s)
+    log micro-pinned
+    timeout 270 python3 scripts/bench_probe_cost.py --parts micro --rounds "${AB_ROUNDS:-8}" \
+        --calls 200000 --cpu 3 --stats probes_cuda,probes_cuda_perf,clockalign_full \
+        --configs pair_empty_multi,probes_cuda,probes_cuda_perf,clockalign_full,clockalign_full_perf \
+        --out "$out/micro" > "$out/micro.txt" 2>&1; echo "micro rc=$?"; grep -E '^\|' "$out/micro/overhead.md"
+    left=$(( ${PINNED_S:-540} - ($(date +%s) - t0) ))
+    log "model ($left s left)"
+    if [ "$left" -gt 120 ]; then
+        rounds=$(( (left - 40) / 22 ))
+        timeout "$left" python3 scripts/bench_probe_cost.py --parts model --rounds "$rounds" \
+            --window 3 --configs plain,pair_empty_multi,clockalign_full --out "$out/model" \
+            > "$out/model.txt" 2>&1; echo "model rc=$?"; grep -E '^\|' "$out/model/overhead.md"
+    fi
 elif [ "$stage" = cost ]; then
     # ResNet-18 plain / empty programs / clockalign for COST_ROUNDS (default 14) rounds, by
     # rate and by the launching thread's CPU time; then the per-call micro with watch
