@@ -138,7 +138,7 @@ elif [ "$stage" = pinned ]; then
     left=$(( ${PINNED_S:-540} - ($(date +%s) - t0) ))
     log "model ($left s left)"
     if [ "$left" -gt 120 ]; then
-        rounds=$(( (left - 40) / 22 ))
+        rounds=$(( (left - 60) / 24 ))
         timeout "$left" python3 scripts/bench_probe_cost.py --parts model --rounds "$rounds" \
             --window 3 --configs plain,pair_empty_multi,clockalign_full --out "$out/model" \
             > "$out/model.txt" 2>&1; echo "model rc=$?"; grep -E '^\|' "$out/model/overhead.md"
