@@ -232,8 +232,10 @@ class Storm:
     # where the scheduler put the calling thread; None: wherever it lands
     cpu = None
 
-    def __init__(self, storm, lib, threads=1, calls=None, seconds=None, rate=None):
+    def __init__(self, storm, lib, threads=1, calls=None, seconds=None, rate=None,
+                 repeat=False):
         cmd = [storm, "--lib", lib, "--threads", str(threads), "--wait"]
+        cmd += ["--repeat"] if repeat else []
         cmd += ["--calls", str(calls)] if calls else ["--seconds", str(seconds)]
         if rate:
             cmd += ["--rate", str(rate)]
@@ -252,6 +254,16 @@ class Storm:
         out = self.p.stdout.readline()
         self.p.wait()
         return json.loads(out)
+
+    def again(self) -> dict:
+        """One more run of a --repeat storm."""
+        self.p.stdin.write("go\n")
+        self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline())
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
 
 
 class Drain(threading.Thread):
@@ -724,6 +736,69 @@ def is_recorder(cfg):
     return cfg.startswith("clockalign_") or cfg == "watch"
 
 
+AB_CONFIGS = ["plain", "pair_empty_multi", "probes_cuda", "probes_cuda_perf"]
+
+
+def part_ab(lib, storm, rounds, calls, only=None):
+    """Per call, the configurations switched within one storm process (storm --repeat):
+    each in-process configuration is loaded once, and between runs only its links are made
+    and closed, so consecutive runs are milliseconds apart, not a process start and a
+    recorder start apart as in micro."""
+    configs = [c for c in AB_CONFIGS if not only or c in only or c == "plain"]
+    BPF = import_bcc().BPF
+    empty = BPF(text="int e(void *ctx) { return 0; }")
+    drain = Drain()
+    drain.start()
+    probes = {}
+    for cfg in configs:
+        if cfg.startswith("probes_"):
+            with environ(buffers_env(cfg)):
+                probes[cfg] = Probes(ProbeOptions(cuda_lib=lib, connect=False, sched=False,
+                                                  xid=False, tcp=False, pid_links=True), [])
+            drain.rings.append(probes[cfg].ring)
+    st = Storm(storm, lib, calls=calls, repeat=True)
+
+    def switch_on(cfg):
+        if cfg == "pair_empty_multi":
+            from clockalign.capture.uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
+            path, off = BPF._check_path_symbol(lib, "cuLaunchKernel", 0, -1)
+            fn = empty.load_func("e", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
+            fds = [link_uprobe_multi(fn.fd, path.decode(), [off], [1], r, pid=st.pid)
+                   for r in (False, True)]
+            return lambda: [os.close(fd) for fd in fds]
+        if cfg in probes:
+            why = probes[cfg].add_targets([st.pid], lib)
+            if why:
+                raise SystemExit(f"ab: {cfg}: {why}")
+            return lambda: probes[cfg].remove_targets([st.pid])
+        return lambda: None
+
+    results = {c: [] for c in configs}
+    try:
+        for rnd in range(rounds):
+            order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
+            for cfg in order:
+                off = switch_on(cfg)
+                res = st.again()
+                off()
+                results[cfg].append(res["ns_per_call"])
+            print(f"ab round {rnd} " + " ".join(f"{c} {results[c][-1]:.0f}" for c in configs),
+                  flush=True)
+    finally:
+        st.close()
+        time.sleep(0.05)
+        drain.stop()
+        for p in probes.values():
+            p.close()
+        empty.cleanup()
+    ref = reference_config(results)
+    return {"calls_per_run": calls, "rounds": rounds, "storm_cpu": Storm.cpu,
+            "stages": {c: STAGE_TEXT[c] for c in configs if c in STAGE_TEXT},
+            "ns_per_call": {c: summarize(v) for c, v in results.items()},
+            "ns_per_call_by_round": results, "added_ratio_reference": ref,
+            "added_ratio": added_ratios(results, ref)}
+
+
 def _lost(b):
     import ctypes
     return int(b["lost"][ctypes.c_int(0)].value) if b is not None else 0
@@ -946,6 +1021,32 @@ def machine():
     return info
 
 
+def ratio_table(mi, base, ratios) -> list:
+    """The per-call table of a micro or ab result: ns/call, added cost, the three ratios to
+    base's added cost, and the BPF run time per call where the statistics pass measured it."""
+    def x(r):
+        return "—" if r is None else f"{r:.2f}×"
+
+    def spread(r):
+        return "—" if not r else f"{x(r['median'])} ({r['min']:.2f}–{r['max']:.2f})"
+    plain = mi["ns_per_call"]["plain"]["median"]
+    out = ["| configuration | ns/call median (min–max) | added over plain (median) | "
+           f"added ÷ {base}'s: of medians | per round: median (min–max) | of minimums "
+           "| BPF run time per call (kernel stats) |", "|---|---|---|---|---|---|---|"]
+    for cfg, s in mi["ns_per_call"].items():
+        if not s:
+            continue
+        bpf = bpf_ns_per_call(mi, cfg) if "bpf_stats" in mi else None
+        desc = mi["stages"].get(cfg, "")
+        r = ratios.get(cfg) or {}
+        out.append(f"| {cfg} {('— ' + desc) if desc else ''} | {s['median']:.0f} "
+                   f"({s['min']:.0f}–{s['max']:.0f}) | {s['median'] - plain:+.0f} | "
+                   f"{x(r.get('of_medians'))} | {spread(r.get('per_round'))} | "
+                   f"{x(r.get('of_minimums'))} | "
+                   f"{'' if bpf is None else f'{bpf:.0f} ns'} |")
+    return out
+
+
 def render(res) -> str:
     m = res["machine"]
     out = [f"# Probe cost, taken apart ({m.get('gpu') or 'no GPU'}; {m['hostname']})", "",
@@ -959,11 +1060,6 @@ def render(res) -> str:
         ratios = mi.get("added_ratio") or added_ratios(
             {c: s["all"] for c, s in mi["ns_per_call"].items() if s}, base)
 
-        def x(r):
-            return "—" if r is None else f"{r:.2f}×"
-
-        def spread(r):
-            return "—" if not r else f"{x(r['median'])} ({r['min']:.2f}–{r['max']:.2f})"
         out += ["## Per call (stand-in cuLaunchKernel, one thread, "
                 f"{mi['calls_per_run']} calls a run, {mi['rounds']} interleaved rounds)", "",
                 f"Added ÷ {base}'s is (configuration − plain) ÷ ({base} − plain), three ways: "
@@ -971,21 +1067,7 @@ def render(res) -> str:
                 f"{base} (drift between rounds cancels), median and min–max over rounds; of "
                 "the minimums over rounds (the usual estimate of a fixed cost under additive "
                 "noise).", "",
-                "| configuration | ns/call median (min–max) | added over plain (median) | "
-                f"added ÷ {base}'s: of medians | per round: median (min–max) | of minimums "
-                "| BPF run time per call (kernel stats) |", "|---|---|---|---|---|---|---|"]
-        for cfg, s in mi["ns_per_call"].items():
-            if not s:
-                continue
-            bpf = bpf_ns_per_call(mi, cfg)
-            desc = mi["stages"].get(cfg, "")
-            r = ratios.get(cfg) or {}
-            out.append(f"| {cfg} {('— ' + desc) if desc else ''} | {s['median']:.0f} "
-                       f"({s['min']:.0f}–{s['max']:.0f}) | {s['median'] - plain:+.0f} | "
-                       f"{x(r.get('of_medians'))} | {spread(r.get('per_round'))} | "
-                       f"{x(r.get('of_minimums'))} | "
-                       f"{'' if bpf is None else f'{bpf:.0f} ns'} |")
-        out.append("")
+                ] + ratio_table(mi, base, ratios) + [""]
         recs = {c: v for c, v in (mi.get("recorders") or {}).items() if v}
         if recs:
             out += ["| recorder | CPU s a run (median) | max RSS MB (max) | CUDA events a run "
@@ -997,6 +1079,18 @@ def render(res) -> str:
                            f"{mi['calls_per_run']} calls) | "
                            f"{sorted(set(r['returncode'] for r in runs))} |")
             out.append("")
+    ab = res.get("ab")
+    if ab:
+        base = ab["added_ratio_reference"]
+        out += [f"## Per call, switched within one process ({ab['rounds']} rounds of "
+                f"{ab['calls_per_run']} calls a configuration)", "",
+                "One storm process (one thread" + (f", on CPU {ab['storm_cpu']}"
+                                                   if ab.get("storm_cpu") is not None else "")
+                + ") makes every run; between runs the configurations' links are swapped "
+                "(milliseconds), each round in a rotated order, so a run and its reference "
+                "are a few hundred ms apart: a host that drifts over seconds cancels in the "
+                "per-round ratio. The programs are loaded once.", ""] + \
+            ratio_table(ab, base, ab["added_ratio"]) + [""]
     mo = res.get("model")
     if mo and not mo.get("skipped"):
         out += [f"## ResNet-18 fp16 batch 1 ({mo['workload'].get('device')}, torch "
@@ -1117,6 +1211,11 @@ def main(argv=None):
         res["micro"] = part_micro(lib, storm, a.rounds, calls,
                                   set(a.configs.split(",")) if a.configs else None,
                                   set(a.stats.split(",")) if a.stats else None, rounds_done)
+        save()
+    if "ab" in parts:
+        Storm.cpu = a.cpu
+        res["ab"] = part_ab(lib, storm, a.rounds, a.calls or (20000 if a.quick else 100000),
+                            set(a.configs.split(",")) if a.configs else None)
         save()
     if "model" in parts:
         res["model"] = part_model(a.rounds, a.window, 1.0,

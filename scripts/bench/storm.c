@@ -5,6 +5,9 @@
  *   storm --lib PATH [--threads N] [--calls N | --seconds S] [--rate CALLS_PER_S_PER_THREAD]
  *         [--wait]
  * --wait: print "ready PID" and block until a line arrives on stdin (probes attach first).
+ * --repeat: with --wait, one thread and --calls: run the calls on every line that arrives
+ *   (one JSON line each), until stdin ends, so that configurations can be switched between
+ *   runs of one process milliseconds apart (bench_probe_cost.py --parts ab).
  * --rate: pace each thread (busy-wait on CLOCK_MONOTONIC) instead of running flat out.
  * Prints one JSON line: calls per thread, total, wall seconds, ns per call (per thread). */
 #define _GNU_SOURCE
@@ -50,7 +53,7 @@ static void *work(void *arg) {
 
 int main(int argc, char **argv) {
     const char *lib = NULL;
-    int threads = 1, wait = 0;
+    int threads = 1, wait = 0, repeat = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--lib") && i + 1 < argc) lib = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
@@ -58,6 +61,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--rate") && i + 1 < argc) rate = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--wait")) wait = 1;
+        else if (!strcmp(argv[i], "--repeat")) repeat = 1;
         else { fprintf(stderr, "storm: unknown argument %s\n", argv[i]); return 2; }
     }
     if (!lib || (!calls_each && seconds <= 0) || threads < 1) {
@@ -68,6 +72,24 @@ int main(int argc, char **argv) {
     if (!h || !(launch = (launch_fn)dlsym(h, "cuLaunchKernel"))) {
         fprintf(stderr, "storm: %s\n", dlerror());
         return 3;
+    }
+    if (repeat) {
+        if (!wait || threads != 1 || !calls_each) {
+            fprintf(stderr, "storm: --repeat needs --wait, one thread and --calls\n");
+            return 2;
+        }
+        printf("ready %d\n", getpid());
+        fflush(stdout);
+        char line[64];
+        go = 1;
+        while (fgets(line, sizeof line, stdin)) {
+            struct worker one = {.idx = 0};
+            work(&one);
+            printf("{\"calls\": %lld, \"ns_per_call\": %.2f}\n", one.calls,
+                   (double)(one.t1 - one.t0) / (one.calls ? one.calls : 1));
+            fflush(stdout);
+        }
+        return 0;
     }
     struct worker *w = calloc(threads, sizeof *w);
     for (int i = 0; i < threads; i++) {
