@@ -736,7 +736,7 @@ def is_recorder(cfg):
     return cfg.startswith("clockalign_") or cfg == "watch"
 
 
-AB_CONFIGS = ["plain", "pair_empty_multi", "probes_cuda", "probes_cuda_perf"]
+AB_CONFIGS = ["plain", "pair_empty_multi", "probes_cuda", "probes_cuda_perf", "probes_all"]
 
 
 def part_ab(lib, storm, rounds, calls, only=None):
@@ -752,9 +752,10 @@ def part_ab(lib, storm, rounds, calls, only=None):
     probes = {}
     for cfg in configs:
         if cfg.startswith("probes_"):
+            every = cfg == "probes_all"       # the tracepoints a recording loads too
             with environ(buffers_env(cfg)):
-                probes[cfg] = Probes(ProbeOptions(cuda_lib=lib, connect=False, sched=False,
-                                                  xid=False, tcp=False, pid_links=True), [])
+                probes[cfg] = Probes(ProbeOptions(cuda_lib=lib, connect=every, sched=every,
+                                                  xid=every, tcp=every, pid_links=True), [])
             drain.rings.append(probes[cfg].ring)
     st = Storm(storm, lib, calls=calls, repeat=True)
 

@@ -20,6 +20,9 @@
 #                                          # configuration's BPF run time, watch beside record
 #   scripts/gpu_session.sh pinned OUTDIR   # the micro A/B with the storm pinned to one CPU,
 #                                          # then ResNet-18 in the rounds that fit PINNED_S
+#   scripts/gpu_session.sh ab OUTDIR       # per call with the configurations switched inside
+#                                          # one pinned storm process (AB_ROUNDS), then
+#                                          # ResNet-18 in the rounds that fit AB_S
 # Needs root, the offline bundle at .bundle/ (scripts/make_bundle.sh) and python3 with torch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -136,6 +139,20 @@ elif [ "$stage" = pinned ]; then
         --configs pair_empty_multi,probes_cuda,probes_cuda_perf,clockalign_full,clockalign_full_perf \
         --out "$out/micro" > "$out/micro.txt" 2>&1; echo "micro rc=$?"; grep -E '^\|' "$out/micro/overhead.md"
     left=$(( ${PINNED_S:-540} - ($(date +%s) - t0) ))
+    log "model ($left s left)"
+    if [ "$left" -gt 120 ]; then
+        rounds=$(( (left - 60) / 24 ))
+        timeout "$left" python3 scripts/bench_probe_cost.py --parts model --rounds "$rounds" \
+            --window 3 --configs plain,pair_empty_multi,clockalign_full --out "$out/model" \
+            > "$out/model.txt" 2>&1; echo "model rc=$?"; grep -E '^\|' "$out/model/overhead.md"
+    fi
+elif [ "$stage" = ab ]; then
+    t0=$(date +%s)
+    log ab
+    timeout 200 python3 scripts/bench_probe_cost.py --parts ab --rounds "${AB_ROUNDS:-60}" \
+        --calls 100000 --cpu 3 --out "$out/ab" > "$out/ab.txt" 2>&1; echo "ab rc=$?"
+    grep -E '^\|' "$out/ab/overhead.md"
+    left=$(( ${AB_S:-500} - ($(date +%s) - t0) ))
     log "model ($left s left)"
     if [ "$left" -gt 120 ]; then
         rounds=$(( (left - 60) / 24 ))
