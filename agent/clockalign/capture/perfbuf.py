@@ -1,8 +1,8 @@
 """Per-CPU perf buffers for BPF records, opened and mapped by us, read in bulk with numpy.
 
 The transport before the slot rings (slotring.py), kept as CLOCKALIGN_BUFFERS=perf: sending
-a record through bpf_perf_event_output costs the CUDA probe ~70 ns more than writing it in
-place into a slot ring (results/overhead.md).
+a record through bpf_perf_event_output cost the CUDA return probe 68-161 ns more than writing
+it in place into a slot ring on the H200 (results/overhead.md, runs h200-12 and h200-13).
 
 Why not the BPF ring buffer: on these 6.18 kernels `bpf_ringbuf_reserve` failed about once
 in 100k-400k records with ONE producer and the ring 3 % full (scripts/bench_probe_cost.py,
