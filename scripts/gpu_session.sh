@@ -31,6 +31,18 @@ out=$2
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 log() { echo "== $* ($(date -u +%T))"; }
+# ResNet-18 plain / empty programs / clockalign in as many rounds as fit in what is left of
+# BUDGET seconds since $t0, at SECS_PER_ROUND a round (3 configurations x (3 s window + 1 s
+# settle + attach/detach, the recorder's start most of it)), at most MAX rounds
+model_in_time_left() {
+    local left=$(( $1 - ($(date +%s) - t0) )) rounds
+    log "model ($left s left)"
+    [ "$left" -gt 120 ] || return 0
+    rounds=$(( (left - 60) / $2 )); [ "$rounds" -gt "$3" ] && rounds=$3
+    timeout "$left" python3 scripts/bench_probe_cost.py --parts model --rounds "$rounds" \
+        --window 3 --configs plain,pair_empty_multi,clockalign_full --out "$out/model" \
+        > "$out/model.txt" 2>&1; echo "model rc=$?"; grep -E '^\|' "$out/model/overhead.md"
+}
 scripts/install_bundle.sh > "$out/install.txt" 2>&1 || { cat "$out/install.txt"; exit 1; }
 . /opt/clockalign-bcc/env.sh
 { uname -a; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; python3 -c 'import torch,sys; print(sys.version, torch.__version__)'; } > "$out/host.txt" 2>&1
@@ -113,15 +125,7 @@ elif [ "$stage" = rerun ]; then
     timeout 150 python3 scripts/bench_probe_cost.py --parts micro --rounds 7 --calls 100000 \
         --configs pair_empty_multi,clockalign_full,watch --out "$out/watch" \
         > "$out/watch.txt" 2>&1; echo "micro rc=$?"; grep -E '^\|' "$out/watch/overhead.md"
-    left=$(( ${RERUN_S:-510} - ($(date +%s) - t0) ))
-    log "model ($left s left)"
-    if [ "$left" -gt 120 ]; then
-        # rounds that fit: 3 configurations x (3 s window + 1 s settle + ~9 s attach/detach)
-        rounds=$(( (left - 60) / 40 )); [ "$rounds" -gt 8 ] && rounds=8
-        timeout "$left" python3 scripts/bench_probe_cost.py --parts model --rounds "$rounds" \
-            --window 3 --configs plain,pair_empty_multi,clockalign_full --out "$out/model" \
-            > "$out/model.txt" 2>&1; echo "model rc=$?"; grep -E '^\|' "$out/model/overhead.md"
-    fi
+    model_in_time_left "${RERUN_S:-510}" 40 8
 elif [ "$stage" = slots ]; then
     log storm
     timeout 200 python3 scripts/bench_probe_cost.py --parts storm --storm-threads 1 \
@@ -138,28 +142,14 @@ elif [ "$stage" = pinned ]; then
         --calls 200000 --cpu 3 --stats probes_cuda,probes_cuda_perf,clockalign_full \
         --configs pair_empty_multi,probes_cuda,probes_cuda_perf,clockalign_full,clockalign_full_perf \
         --out "$out/micro" > "$out/micro.txt" 2>&1; echo "micro rc=$?"; grep -E '^\|' "$out/micro/overhead.md"
-    left=$(( ${PINNED_S:-540} - ($(date +%s) - t0) ))
-    log "model ($left s left)"
-    if [ "$left" -gt 120 ]; then
-        rounds=$(( (left - 60) / 24 ))
-        timeout "$left" python3 scripts/bench_probe_cost.py --parts model --rounds "$rounds" \
-            --window 3 --configs plain,pair_empty_multi,clockalign_full --out "$out/model" \
-            > "$out/model.txt" 2>&1; echo "model rc=$?"; grep -E '^\|' "$out/model/overhead.md"
-    fi
+    model_in_time_left "${PINNED_S:-540}" 24 99
 elif [ "$stage" = ab ]; then
     t0=$(date +%s)
     log ab
     timeout 200 python3 scripts/bench_probe_cost.py --parts ab --rounds "${AB_ROUNDS:-60}" \
         --calls 100000 --cpu 3 --out "$out/ab" > "$out/ab.txt" 2>&1; echo "ab rc=$?"
     grep -E '^\|' "$out/ab/overhead.md"
-    left=$(( ${AB_S:-500} - ($(date +%s) - t0) ))
-    log "model ($left s left)"
-    if [ "$left" -gt 120 ]; then
-        rounds=$(( (left - 60) / 24 ))
-        timeout "$left" python3 scripts/bench_probe_cost.py --parts model --rounds "$rounds" \
-            --window 3 --configs plain,pair_empty_multi,clockalign_full --out "$out/model" \
-            > "$out/model.txt" 2>&1; echo "model rc=$?"; grep -E '^\|' "$out/model/overhead.md"
-    fi
+    model_in_time_left "${AB_S:-500}" 24 99
 elif [ "$stage" = cost ]; then
     # ResNet-18 plain / empty programs / clockalign for COST_ROUNDS (default 14) rounds, by
     # rate and by the launching thread's CPU time; then the per-call micro with watch

@@ -101,9 +101,7 @@ class EventBuffers:
         cpus = ctypes.c_int32(0)
         n = self._lib.ca_reader_take(self._reader, out.ctypes.data, ts.ctypes.data, n,
                                      ctypes.byref(cpus))
-        out = self._in_ts_order(out[:n], ts[:n], cpus.value)
-        self.records += n
-        return out
+        return self._took(out, ts, n, cpus.value)
 
     def _free_reader(self):
         self._lib.ca_reader_free(self._reader)
@@ -116,6 +114,12 @@ class EventBuffers:
         if cpus > 1 and len(out) > 1 and "ts" in (self.dtype.names or ()) \
                 and np.any(ts[1:] < ts[:-1]):
             return native_batch.take(out, np.argsort(ts, kind="stable"))
+        return out
+
+    def _took(self, out, ts, n, cpus):
+        """out[:n], read from cpus buffers in one pass, in timestamp order and counted."""
+        out = self._in_ts_order(out[:n], ts[:n], cpus)
+        self.records += n
         return out
 
     def _note_fill(self, fill: float):

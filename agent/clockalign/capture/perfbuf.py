@@ -204,9 +204,7 @@ class PerfBuffers(EventBuffers):
             self.malformed += bad
             cpus += got > 0
             n += got
-        out = self._in_ts_order(out[:n], ts[:n], cpus)
-        self.records += n
-        return out
+        return self._took(out, ts, n, cpus)
 
     def _read_numpy(self) -> np.ndarray:
         parts = []

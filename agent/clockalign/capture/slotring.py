@@ -109,9 +109,7 @@ class SlotRings(EventBuffers):
             self._ctl[cpu, TAIL_WORD] = new_tail
             cpus += got > 0
             n += got
-        out = self._in_ts_order(out[:n], ts[:n], cpus)
-        self.records += n
-        return out
+        return self._took(out, ts, n, cpus)
 
     def _read_numpy(self) -> np.ndarray:
         parts = []
