@@ -4,11 +4,14 @@
 Left: each configuration's added wall time per call ÷ the empty programs' in the same round
 (one point a round; box: quartiles, line: median) from bench_probe_cost.py runs: the
 switched-in-one-process part (ab) and the separate-process micro.  Right: the BPF programs'
-own run time per call (kernel statistics) from the micro runs' statistics pass.
+own run time per call (kernel statistics) from the micro runs' statistics pass.  With
+--intervals it prints each per-round ratio's median and bootstrap 95 % interval instead (the
+ResNet-18 ones too, given --model), as results/overhead/intervals.txt.
 
     python3 scripts/overhead_figure.py --ab results/overhead/h200-14/ab/overhead.json \\
         --micro results/overhead/h200-13/micro/overhead.json \\
         --empty-bpf 72:h200-12 --out results/overhead/slot-rings.png
+    python3 scripts/overhead_figure.py --intervals --ab ... --micro ... --model ...
 """
 import argparse
 import json
@@ -39,6 +42,46 @@ def per_round_ratios(part: dict) -> dict:
     return out
 
 
+def median_interval(vals, n=10000, seed=1):
+    """(median, 2.5 %, 97.5 %): the median and a bootstrap 95 % interval of it."""
+    import random
+    import statistics
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(vals, k=len(vals))) for _ in range(n))
+    return statistics.median(vals), meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
+
+
+def model_ratios(res) -> list:
+    """The full recording's per-round speed ÷ the empty programs' of a model part."""
+    vals = res["model"]["ratio_to_empty"]["clockalign_full"]
+    return vals.get("all", vals) if isinstance(vals, dict) else vals
+
+
+def print_intervals(a):
+    """Each configuration's per-round ratio: median and its bootstrap 95 % interval, per
+    run; the model parts' ratios per run and pooled."""
+    for path in a.ab + a.micro:
+        _, part = load(path)
+        run = Path(path).parent.parent.name
+        for cfg, r in per_round_ratios(part).items():
+            m, lo, hi = median_interval(r)
+            print(f"per call  {run:8s} {cfg:22s} {len(r):3d} rounds  added ÷ empty programs' "
+                  f"{m:.3f} (95 % {lo:.3f}-{hi:.3f})")
+    pooled = []
+    for path in a.model:
+        res, _ = load(path)
+        r = model_ratios(res)
+        pooled += r
+        m, lo, hi = median_interval(r)
+        print(f"ResNet-18 {Path(path).parent.parent.name:8s} {len(r):3d} rounds  full recording "
+              f"÷ empty programs {m:.3f} (95 % {lo:.3f}-{hi:.3f}), "
+              f"{sum(v < 0.97 for v in r)} below 0.97")
+    if len(a.model) > 1:
+        m, lo, hi = median_interval(pooled)
+        print(f"ResNet-18 pooled   {len(pooled):3d} rounds  full recording ÷ empty programs "
+              f"{m:.3f} (95 % {lo:.3f}-{hi:.3f}), {sum(v < 0.97 for v in pooled)} below 0.97")
+
+
 def load(path):
     res = json.loads(Path(path).read_text())
     return res, res.get("ab") or res.get("micro")
@@ -48,12 +91,21 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ab", action="append", default=[], help="overhead.json with an ab part")
     ap.add_argument("--micro", action="append", default=[], help="overhead.json with a micro part")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--model", action="append", default=[], help="overhead.json with a model "
+                    "part (for --intervals)")
+    ap.add_argument("--intervals", action="store_true", help="print each per-round ratio's "
+                    "median and bootstrap 95 %% interval instead of drawing")
+    ap.add_argument("--out", default=None)
     ap.add_argument("--goal", type=float, default=1.25)
     ap.add_argument("--empty-bpf", default=None, metavar="NS:RUN",
                     help="the empty programs' BPF time per call where no micro json has it "
                          "(h200-12's statistics pass printed 'e 36 ns x200000': 72:h200-12)")
     a = ap.parse_args(argv)
+    if a.intervals:
+        print_intervals(a)
+        return 0
+    if not a.out:
+        ap.error("--out is needed to draw")
     from matplotlib.figure import Figure
     boxes, bpf = [], []
     for kind, paths in (("switched in one process", a.ab), ("separate processes", a.micro)):
