@@ -40,6 +40,9 @@
 #ifdef CA_PERF_BUFFERS
 BPF_PERF_OUTPUT(events);
 #else
+#ifdef CA_TEST_NO_SLOT_RINGS
+#error "slot rings refused (CLOCKALIGN_TEST_NO_SLOT_RINGS): tests of the perf-buffer fall-back"
+#endif
 #ifndef CA_RING_CPUS
 #define CA_RING_CPUS 64         /* possible CPU ids */
 #endif

@@ -181,14 +181,25 @@ def test_pid_mode_including_late_dlopen(fakecuda, tmp_path, late):
     check_workload(r.events(), info)
 
 
-def test_drops_are_counted_not_silent(fakecuda, tmp_path):
-    """A one-page ring cannot hold a burst of 3000 launches: what is missing is counted."""
+@pytest.mark.parametrize("buffers", ["slots", "perf", "fallback"])
+def test_drops_are_counted_not_silent(fakecuda, tmp_path, buffers):
+    """A one-page buffer cannot hold a burst of 3000 launches: what is missing is counted,
+    with either transport, and where the slot rings do not load (as on a kernel before
+    5.12) the recording goes through perf buffers and says so."""
     out = tmp_path / "drops.ca"
     burst = 3000
+    env = env_for(fakecuda)
+    env.pop("CLOCKALIGN_BUFFERS", None)
+    if buffers == "perf":
+        env["CLOCKALIGN_BUFFERS"] = "perf"
+    elif buffers == "fallback":
+        env["CLOCKALIGN_TEST_NO_SLOT_RINGS"] = "1"
     p = run_clockalign("record", "-o", str(out), *BASE, "--ring-mb", "0.004", "--",
-                       str(fakecuda / "target"), "--burst", str(burst), env=env_for(fakecuda))
+                       str(fakecuda / "target"), "--burst", str(burst), env=env)
     assert p.returncode == 0, p.stderr
     r = RunReader(out)
+    assert r.trailer["event_buffers"] == ("slots" if buffers == "slots" else "perf")
+    assert ("the slot rings did not load" in p.stderr) == (buffers == "fallback")
     ev = r.events()
     got = int(np.sum(ev["kind"] == Kind.CUDA))
     dropped = r.trailer["drops"].get("cuda", 0)
