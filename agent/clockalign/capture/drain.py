@@ -40,7 +40,8 @@ def start_drain(ring, poll, max_bytes: int = 256 << 20):
 
 
 class NativeDrain:
-    """Drain's interface over PerfBuffers' C reader thread: get() takes what it gathered."""
+    """Drain's interface over the event buffers' C reader thread: get() takes what it
+    gathered."""
 
     kind = "native"
 

@@ -3,8 +3,8 @@
     rec = Recorder(RecordOptions(pids=[1234], duration=10, output="run.ca"))
     summary = rec.run()      # blocks until --duration, Ctrl-C/SIGTERM or the targets' exit
 
-The event path stays bulk: the per-CPU perf buffers are read as numpy batches (perfbuf.py) and each
-batch becomes one columnar chunk; the clock probe and the counter sampler run in their own
+The event path stays bulk: the per-CPU slot rings (slotring.py; perf buffers, perfbuf.py, where
+they do not load) are read as numpy batches and each batch becomes one columnar chunk; the clock probe and the counter sampler run in their own
 threads and write their own chunks.
 """
 import dataclasses
@@ -105,7 +105,7 @@ class Recorder:
         self._closers = []
         self._activity = None
         self._follower = None
-        self._drain = None           # reads the perf buffers from arming until the stop
+        self._drain = None           # reads the event buffers from arming until the stop
         self._reader_kind = None     # which: "native" (a C thread) or "python"
 
     # ---------------------------------------------------------------- setup

@@ -53,7 +53,7 @@ def probe_options(f):
                      help="Pings per GPU clock burst."),
         click.option("--ring-mb", type=click.FloatRange(0, MAX_RING_MB, min_open=True),
                      default=None,
-                     help="Event buffer MiB, all CPUs together (one perf buffer per CPU, a "
+                     help="Event buffer MiB, all CPUs together (one slot ring per CPU, a "
                           "power of two pages each; default 8 MiB a CPU, at most 512 MiB)."),
         click.option("--quiet", is_flag=True, help="No live status line."),
         click.option("--dump-bpf", is_flag=True,
