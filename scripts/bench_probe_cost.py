@@ -39,7 +39,6 @@ import shutil
 import signal
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 
+from clockalign.capture import bpfinfo  # noqa: E402
 from clockalign.capture.bpfprog import Probes, ProbeOptions, import_bcc  # noqa: E402
 from clockalign.capture.perfbuf import PerfBuffers  # noqa: E402
 sys.path.insert(0, str(HERE / "bench"))
@@ -314,60 +314,11 @@ class bpf_stats:
 
 # ---------------------------------------------------------------- every BPF program (bpf())
 # A recorder's programs live in its own process, out of reach of this one's fdinfo: the
-# bpf() syscall walks every program of the system by id instead.  struct bpf_prog_info's
-# offsets are those of include/uapi/linux/bpf.h (stable: fields are only ever appended).
-NR_BPF = {"x86_64": 321, "aarch64": 280}.get(platform.machine(), 321)
-BPF_PROG_GET_NEXT_ID, BPF_PROG_GET_FD_BY_ID, BPF_OBJ_GET_INFO_BY_FD = 11, 13, 15
-PROG_INFO = {"jited_prog_len": 16, "name": 64, "run_time_ns": 192, "run_cnt": 200}
-PROG_INFO_LEN = 208             # through run_cnt: what the kernel fills (since 5.1)
-
-
-class _IdAttr(ctypes.Structure):
-    """union bpf_attr for BPF_PROG_GET_NEXT_ID (start_id, next_id) and
-    BPF_PROG_GET_FD_BY_ID (prog_id in the first field)."""
-    _fields_ = [("id", ctypes.c_uint32), ("next_id", ctypes.c_uint32),
-                ("open_flags", ctypes.c_uint32)]
-
-
-class _InfoAttr(ctypes.Structure):
-    """union bpf_attr for BPF_OBJ_GET_INFO_BY_FD."""
-    _fields_ = [("bpf_fd", ctypes.c_uint32), ("info_len", ctypes.c_uint32),
-                ("info", ctypes.c_uint64)]
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _bpf_call(cmd, attr) -> int:
-    return _libc.syscall(NR_BPF, cmd, ctypes.byref(attr), ctypes.sizeof(attr))
-
-
+# bpf() syscall walks every program of the system by id instead (clockalign/capture/bpfinfo.py).
 def system_progs() -> dict:
-    """{id: (name, run_cnt, run_time_ns, jited)} of every BPF program loaded now (names
-    cut to 15 characters by the kernel; the counts move only while bpf_stats_enabled is
-    1).  A program unloaded between its id and its fd is skipped."""
-    out, attr = {}, _IdAttr()
-    while _bpf_call(BPF_PROG_GET_NEXT_ID, attr) == 0:     # -1 with ENOENT: the last one
-        pid = attr.next_id
-        attr = _IdAttr(id=pid)
-        fd = _bpf_call(BPF_PROG_GET_FD_BY_ID, _IdAttr(id=pid))
-        if fd < 0:
-            continue
-        try:
-            buf = ctypes.create_string_buffer(PROG_INFO_LEN)
-            info = _InfoAttr(bpf_fd=fd, info_len=PROG_INFO_LEN, info=ctypes.addressof(buf))
-            if _bpf_call(BPF_OBJ_GET_INFO_BY_FD, info) != 0:
-                continue
-            raw = buf.raw
-            name = raw[PROG_INFO["name"]:PROG_INFO["name"] + 16].split(b"\0")[0].decode(
-                errors="replace")
-            (jited,) = struct.unpack_from("<I", raw, PROG_INFO["jited_prog_len"])
-            (run_time,) = struct.unpack_from("<Q", raw, PROG_INFO["run_time_ns"])
-            (run_cnt,) = struct.unpack_from("<Q", raw, PROG_INFO["run_cnt"])
-            out[pid] = (name, run_cnt, run_time, "1" if jited else "0")
-        finally:
-            os.close(fd)
-    return out
+    """{id: (name, run_cnt, run_time_ns, jited)} of every BPF program loaded now."""
+    return {i: (v["name"], v["run_cnt"], v["run_time_ns"], "1" if v["jited"] else "0")
+            for i, v in bpfinfo.system_progs().items()}
 
 
 def progs_named(snap, ids) -> dict:

@@ -463,7 +463,21 @@ class Probes:
                 out[DROP_NAMES.get(idx) or Kind(idx).name.lower()] = n
         if self.ring is not None and self.ring.malformed:
             out["malformed"] = self.ring.malformed     # sent, but not of the record's size
+        skipped = self.skipped_runs()
+        if skipped:
+            out["bpf_skipped"] = skipped
         return out
+
+    def skipped_runs(self) -> int:
+        """Runs of these programs that the kernel skipped because another BPF program was
+        running on that CPU (its recursion misses, bpfinfo.py): each may be a record lost
+        with no buffer full."""
+        from .bpfinfo import prog_info
+        total = 0
+        for fn in (self._bpf.funcs.values() if self._bpf is not None else ()):
+            info = prog_info(fn.fd)
+            total += info["recursion_misses"] if info else 0
+        return total
 
     def unfinished_cuda(self, now_ns: int):
         """CUDA calls entered but not returned (still in flight at stop), as events: the

@@ -637,8 +637,8 @@ def _drop_reason(drops: dict, peak: float) -> str:
     """One clause on why records were lost, from which counters moved."""
     why = []
     gpu = ("cupti_dropped", "gpu_wire_bad_bytes", "gpu_wire_incomplete_bytes")
-    if any(k not in ("state_map_full", "cuda_unpaired", "cuda_nested", "cuda_slot_busy") + gpu
-           for k in drops):
+    if any(k not in ("state_map_full", "cuda_unpaired", "cuda_nested", "cuda_slot_busy",
+                     "bpf_skipped") + gpu for k in drops):
         why.append(f"a CPU's event buffer filled up (at most {peak:.0%} full when read): "
                    "raise --ring-mb, or the recorder could not keep up")
     if "state_map_full" in drops:
@@ -653,6 +653,9 @@ def _drop_reason(drops: dict, peak: float) -> str:
     if "gpu_wire_bad_bytes" in drops or "gpu_wire_incomplete_bytes" in drops:
         why.append("GPU activity bytes from the injected library were unreadable or cut off "
                    "(a target killed mid-write?)")
+    if "bpf_skipped" in drops:
+        why.append("the kernel skipped probe runs that came while another BPF program ran on "
+                   "the same CPU (its recursion misses): what they would have recorded is lost")
     if "cuda_unpaired" in drops:
         why.append("a CUDA call's return found another call on top (a return was missed)")
     return "; ".join(why)

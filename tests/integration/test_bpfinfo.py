@@ -1,0 +1,24 @@
+"""bpf(2)'s view of the recorder's programs (capture/bpfinfo.py): the benchmark reads run
+times from it and the recorder the kernel's skipped runs, reported as drops."""
+import os
+
+from clockalign.capture import bpfinfo
+from clockalign.capture.bpfprog import ProbeOptions, Probes
+
+
+def test_the_probes_programs_are_seen_and_nothing_was_skipped(fakecuda):
+    opts = ProbeOptions(cuda_lib=str(fakecuda / "libcuda.so.1"), connect=True, sched=True,
+                        xid=False, tcp=False)
+    with Probes(opts, [os.getpid()]) as p:
+        mine = {fn.name.decode(): bpfinfo.prog_info(fn.fd) for fn in p._bpf.funcs.values()}
+        assert {"enter_any", "return_any"} <= set(mine)
+        for name, info in mine.items():
+            assert info is not None, name
+            # the kernel keeps 15 characters (of a tracepoint's, BCC's name without
+            # its "tracepoint__")
+            assert info["name"] == name.removeprefix("tracepoint__")[:15], name
+            assert info["jited"] and info["recursion_misses"] == 0
+        everything = bpfinfo.system_progs()
+        assert {v["name"] for v in everything.values()} >= {i["name"] for i in mine.values()}
+        assert p.skipped_runs() == 0
+        assert "bpf_skipped" not in p.drops()
