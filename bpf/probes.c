@@ -1,7 +1,7 @@
 /* clockalign probes, compiled by BCC at record time.
  *
  * Parameters come in as -D cflags (see capture/bpfprog.py; `clockalign record --dump-bpf`
- * prints them): CA_MAX_THREADS, CA_CALL_SLOTS, CA_RING_CPUS, CA_RING_SLOTS, and the
+ * prints them): CA_MAX_THREADS, CA_CALL_SLOTS, CA_CPU_IDS, CA_RING_SLOTS, and the
  * feature switches CA_PERF_BUFFERS, CA_CUDA,
  * CA_PID_LINKS, CA_REGS_ONLY, CA_CONNECT, CA_SCHED, CA_XID, CA_TCP, CA_FOLLOW_CHILDREN,
  * CA_FORK_COMM_DATALOC, CA_XID_DATALOC, CA_XID_MSG_MAX (and CA_XID_PRINTK for the tests).
@@ -33,6 +33,9 @@
 #ifndef CA_MAX_THREADS
 #define CA_MAX_THREADS 65536
 #endif
+#ifndef CA_CPU_IDS
+#define CA_CPU_IDS 64           /* possible CPU ids (the rings and drops are indexed by them) */
+#endif
 #ifndef CA_CALL_SLOTS
 #define CA_CALL_SLOTS 65536     /* power of two: a thread's slot is tid & (CA_CALL_SLOTS - 1) */
 #endif
@@ -43,9 +46,7 @@ BPF_PERF_OUTPUT(events);
 #ifdef CA_TEST_NO_SLOT_RINGS
 #error "slot rings refused (CLOCKALIGN_TEST_NO_SLOT_RINGS): tests of the perf-buffer fall-back"
 #endif
-#ifndef CA_RING_CPUS
-#define CA_RING_CPUS 64         /* possible CPU ids */
-#endif
+#define CA_RING_CPUS CA_CPU_IDS
 #ifndef CA_RING_SLOTS
 #define CA_RING_SLOTS 65536     /* records per CPU, a power of two */
 #endif
@@ -62,7 +63,12 @@ BPF_F_TABLE("array", u32, struct ca_ring_ctl, ring_ctl, CA_RING_CPUS, BPF_F_MMAP
 BPF_F_TABLE("array", u32, struct ca_event, ring, CA_RING_CPUS * CA_RING_SLOTS, BPF_F_MMAPABLE);
 #endif
 BPF_HASH(targets, u32, u8, CA_MAX_TARGETS);
-BPF_PERCPU_ARRAY(drops, u64, CA_NKINDS);
+/* drops[cpu * CA_NKINDS + kind]: an mmapable array, so user space reads the counts without
+ * a map syscall.  A map syscall raises the kernel's bpf_prog_active on its CPU with only
+ * migration (not preemption) disabled: a recorder preempted inside one there made the kernel
+ * skip every tracepoint program on that CPU until it ran again, and off-CPU records were
+ * lost without a count (Probes.skipped_runs counts such skips now) */
+BPF_F_TABLE("array", u32, u64, drops, CA_CPU_IDS * CA_NKINDS, BPF_F_MMAPABLE);
 /* tid -> tgid of target threads seen (switch-out, clone), so a signal aimed at a thread
  * finds its process without reading task_struct */
 BPF_HASH(tid_tgid, u32, u32, CA_MAX_THREADS);
@@ -74,9 +80,10 @@ static __always_inline int is_target(u32 tgid)
 
 static __always_inline void count_drop(u32 kind)
 {
-    u64 *d = drops.lookup(&kind);
+    u32 idx = bpf_get_smp_processor_id() * CA_NKINDS + (kind & (CA_NKINDS - 1));
+    u64 *d = drops.lookup(&idx);
     if (d)
-        (*d)++;
+        __sync_fetch_and_add(d, 1);     /* another program can run on this CPU meanwhile */
 }
 
 /* one zeroed record on the BPF stack (a uprobe program can be preempted, so no per-CPU

@@ -22,6 +22,7 @@ from .uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
 from .tracefs import tracepoint_exists, tracepoint_field_is_dataloc, tracepoint_fields
 
 CA_NEST = 2       # bpf/clockalign.h: probed calls one thread can be inside at once
+CA_NKINDS = 16    # bpf/clockalign.h: drop counters a CPU (indexed by kind, CA_DROP_*)
 
 
 @dataclasses.dataclass
@@ -111,12 +112,12 @@ def build_cflags(opts: ProbeOptions, buffers: str = None):
     slots = opts.call_slots
     if slots & (slots - 1):
         raise ValueError("call_slots must be a power of two")
-    flags = [f"-DCA_MAX_THREADS={opts.max_threads}", f"-DCA_CALL_SLOTS={slots}"]
+    flags = [f"-DCA_MAX_THREADS={opts.max_threads}", f"-DCA_CALL_SLOTS={slots}",
+             f"-DCA_CPU_IDS={possible_cpus()}"]
     if buffers == "perf":
         flags.append("-DCA_PERF_BUFFERS")
     else:
-        flags += [f"-DCA_RING_CPUS={buffer_cpus(buffers)}",
-                  f"-DCA_RING_SLOTS={buffer_bytes(opts, buffers) // EVENT_DTYPE.itemsize}"]
+        flags += [f"-DCA_RING_SLOTS={buffer_bytes(opts, buffers) // EVENT_DTYPE.itemsize}"]
         if os.environ.get(NO_SLOTS_TEST_ENV):
             flags.append("-DCA_TEST_NO_SLOT_RINGS")
     notes = []
@@ -225,6 +226,7 @@ class Probes:
         self._bpf = None
         self.ring = None
         self.buffers = None           # the event transport: "slots" or "perf"
+        self._drops_mm = None         # the drops array, mapped
         flags, notes = build_cflags(opts)
         self.notes.extend(notes)
         self.cflags = flags
@@ -455,17 +457,29 @@ class Probes:
         state-map and CUDA-pairing failures (DROP_NAMES), plus records the kernel itself
         reported lost from a full buffer (perf_lost: a cross-check, not added twice)."""
         out = {}
-        table = self._bpf["drops"]
-        for idx in range(16):
-            vals = table[table.Key(idx)]
-            n = int(sum(v for v in vals))
+        for idx, n in enumerate(self._drop_counts()):
             if n:
-                out[DROP_NAMES.get(idx) or Kind(idx).name.lower()] = n
+                out[DROP_NAMES.get(idx) or Kind(idx).name.lower()] = int(n)
         if self.ring is not None and self.ring.malformed:
             out["malformed"] = self.ring.malformed     # sent, but not of the record's size
         skipped = self.skipped_runs()
         if skipped:
             out["bpf_skipped"] = skipped
+        return out
+
+    def _drop_counts(self):
+        """The drops array summed over CPUs, per index (bpf/clockalign.h), read through its
+        mapping: no map syscall while the probes run (probes.c says why)."""
+        import mmap
+        import numpy as np
+        if self._drops_mm is None:
+            size = possible_cpus() * CA_NKINDS * 8
+            size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+            self._drops_mm = mmap.mmap(self._bpf["drops"].map_fd, size, mmap.MAP_SHARED,
+                                       mmap.PROT_READ)
+        counts = np.frombuffer(self._drops_mm, np.uint64, count=possible_cpus() * CA_NKINDS)
+        out = counts.reshape(-1, CA_NKINDS).sum(axis=0).tolist()
+        del counts                    # no view left, so the mapping can close
         return out
 
     def skipped_runs(self) -> int:
@@ -509,6 +523,9 @@ class Probes:
         return out
 
     def close(self):
+        if self._drops_mm is not None:
+            self._drops_mm.close()
+            self._drops_mm = None
         for fd in self._links:
             os.close(fd)
         self._links = []
