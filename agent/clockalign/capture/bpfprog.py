@@ -462,9 +462,6 @@ class Probes:
                 out[DROP_NAMES.get(idx) or Kind(idx).name.lower()] = int(n)
         if self.ring is not None and self.ring.malformed:
             out["malformed"] = self.ring.malformed     # sent, but not of the record's size
-        skipped = self.skipped_runs()
-        if skipped:
-            out["bpf_skipped"] = skipped
         return out
 
     def _drop_counts(self):
@@ -484,8 +481,10 @@ class Probes:
 
     def skipped_runs(self) -> int:
         """Runs of these programs that the kernel skipped because another BPF program was
-        running on that CPU (its recursion misses, bpfinfo.py): each may be a record lost
-        with no buffer full."""
+        running on that CPU (their recursion misses, bpfinfo.py).  Not drops: most runs of
+        the host-wide tracepoints are other processes' (sched_switch runs for every context
+        switch), so a skip may have lost a target's record or nothing; the recorder reports
+        them beside the drops."""
         from .bpfinfo import prog_info
         total = 0
         for fn in (self._bpf.funcs.values() if self._bpf is not None else ()):

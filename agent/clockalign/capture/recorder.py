@@ -566,6 +566,12 @@ class Recorder:
         if drops:
             self.notice("events lost: " + ", ".join(f"{k}={v}" for k, v in drops.items()) +
                         f" ({_drop_reason(drops, peak)})", "warning")
+        skipped = probes.skipped_runs()
+        if skipped:
+            self.notice(f"the kernel skipped {skipped} run(s) of the probes because another BPF "
+                        "program was running on that CPU (their recursion misses); the "
+                        "tracepoints run host-wide, so most skips are other processes' events, "
+                        "but a target's record may be missing", "warning")
         exit_info = self.child.describe_exit() if self.child else None
         if self.child and self.child.poll() is None:
             self.notice(f"command (pid {self.child.pid}) still running when recording stopped")
@@ -574,6 +580,7 @@ class Recorder:
                    "ring_peak_fill": round(peak, 4),
                    "perf_lost": probes.ring.lost if probes.ring else None,
                    "buffer_reader": self._reader_kind, "event_buffers": probes.buffers,
+                   "bpf_skipped_runs": skipped,
                    "helpers": stats, "child_exit": exit_info,
                    "unfinished_cuda": int(len(unfinished)), "clocks_end": read_clocks()}
         try:
@@ -637,8 +644,8 @@ def _drop_reason(drops: dict, peak: float) -> str:
     """One clause on why records were lost, from which counters moved."""
     why = []
     gpu = ("cupti_dropped", "gpu_wire_bad_bytes", "gpu_wire_incomplete_bytes")
-    if any(k not in ("state_map_full", "cuda_unpaired", "cuda_nested", "cuda_slot_busy",
-                     "bpf_skipped") + gpu for k in drops):
+    if any(k not in ("state_map_full", "cuda_unpaired", "cuda_nested", "cuda_slot_busy") + gpu
+           for k in drops):
         why.append(f"a CPU's event buffer filled up (at most {peak:.0%} full when read): "
                    "raise --ring-mb, or the recorder could not keep up")
     if "state_map_full" in drops:
@@ -653,9 +660,6 @@ def _drop_reason(drops: dict, peak: float) -> str:
     if "gpu_wire_bad_bytes" in drops or "gpu_wire_incomplete_bytes" in drops:
         why.append("GPU activity bytes from the injected library were unreadable or cut off "
                    "(a target killed mid-write?)")
-    if "bpf_skipped" in drops:
-        why.append("the kernel skipped probe runs that came while another BPF program ran on "
-                   "the same CPU (its recursion misses): what they would have recorded is lost")
     if "cuda_unpaired" in drops:
         why.append("a CUDA call's return found another call on top (a return was missed)")
     return "; ".join(why)

@@ -73,7 +73,10 @@ def info_lines(r, file) -> list:
                    + (f"; fullest event buffer {peak:.0%}{kind}"
                       if isinstance(peak, (int, float)) else "")
                    + (f", read by the {'C' if reader == 'native' else 'Python'} reader thread"
-                      if reader else ""))
+                      if reader else "")
+                   + (f"; {r.trailer['bpf_skipped_runs']} probe runs skipped by the kernel "
+                      "(another BPF program on that CPU)"
+                      if r.trailer.get("bpf_skipped_runs") else ""))
         out.append(f"stopped   {r.trailer.get('reason')}")
         helpers = _map(r.trailer.get("helpers"))
         c = _map(helpers.get("counters"))
