@@ -122,6 +122,18 @@ class EventBuffers:
         self.records += n
         return out
 
+    def _merged(self, parts, views: bool = True):
+        """The numpy reads' end: per-CPU parts as one array in timestamp order, counted; a
+        copy where the parts are views into the buffers (views)."""
+        if not parts:
+            return np.empty(0, dtype=self.dtype)
+        out = np.concatenate(parts) if len(parts) > 1 else \
+            parts[0].copy() if views else parts[0]
+        if len(parts) > 1 and "ts" in (self.dtype.names or ()):
+            out = out[np.argsort(out["ts"], kind="stable")]
+        self.records += len(out)
+        return out
+
     def _note_fill(self, fill: float):
         if fill > 0:
             self.last_fill = max(self.last_fill, fill)

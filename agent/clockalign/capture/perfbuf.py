@@ -211,13 +211,7 @@ class PerfBuffers(EventBuffers):
         self.last_fill = 0.0
         for _, _, mm in self._bufs:
             parts.extend(self._drain_one(mm))
-        if not parts:
-            return np.empty(0, dtype=self.dtype)
-        out = np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
-        if len(parts) > 1 and "ts" in (self.dtype.names or ()):
-            out = out[np.argsort(out["ts"], kind="stable")]
-        self.records += len(out)
-        return out
+        return self._merged(parts)
 
     def _close_buffers(self):
         self._addrs = []              # the mappings cannot close while a view is exported

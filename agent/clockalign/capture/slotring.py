@@ -123,13 +123,7 @@ class SlotRings(EventBuffers):
                 rows["kind"][idx[:n]] = 0              # before the tail moves past them
                 self._ctl[cpu, TAIL_WORD] = tail + n
                 parts.append(got[:n])
-        if not parts:
-            return np.empty(0, dtype=self.dtype)
-        out = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        if len(parts) > 1:
-            out = out[np.argsort(out["ts"], kind="stable")]
-        self.records += len(out)
-        return out
+        return self._merged(parts, views=False)        # rows[idx] copied them
 
     def _close_buffers(self):
         self._views = []              # the mappings cannot close while a view is exported
