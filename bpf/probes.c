@@ -46,7 +46,6 @@ BPF_PERF_OUTPUT(events);
 #ifdef CA_TEST_NO_SLOT_RINGS
 #error "slot rings refused (CLOCKALIGN_TEST_NO_SLOT_RINGS): tests of the perf-buffer fall-back"
 #endif
-#define CA_RING_CPUS CA_CPU_IDS
 #ifndef CA_RING_SLOTS
 #define CA_RING_SLOTS 65536     /* records per CPU, a power of two */
 #endif
@@ -59,8 +58,8 @@ struct ca_ring_ctl {
     u64 tail;
     u64 pad1[7];
 };
-BPF_F_TABLE("array", u32, struct ca_ring_ctl, ring_ctl, CA_RING_CPUS, BPF_F_MMAPABLE);
-BPF_F_TABLE("array", u32, struct ca_event, ring, CA_RING_CPUS * CA_RING_SLOTS, BPF_F_MMAPABLE);
+BPF_F_TABLE("array", u32, struct ca_ring_ctl, ring_ctl, CA_CPU_IDS, BPF_F_MMAPABLE);
+BPF_F_TABLE("array", u32, struct ca_event, ring, CA_CPU_IDS * CA_RING_SLOTS, BPF_F_MMAPABLE);
 #endif
 BPF_HASH(targets, u32, u8, CA_MAX_TARGETS);
 /* drops[cpu * CA_NKINDS + kind]: an mmapable array, so user space reads the counts without
@@ -115,26 +114,27 @@ static __always_inline void submit(void *ctx, struct ca_event *e)
  * meanwhile, so the head moves by compare-and-swap: a lost race is retried once, then
  * counted as a drop like a full ring.  A slot reserved is always committed (a BPF program
  * runs to its end), so the reader never waits on one for long. */
+/* One try at moving r's head past a free slot: 1 and *at = that slot's position, else 0
+ * (the ring full, or another writer moved head first) */
+static __always_inline int ring_claim(struct ca_ring_ctl *r, u64 *at)
+{
+    u64 h = *(volatile u64 *)&r->head;
+    *at = h;
+    return h - *(volatile u64 *)&r->tail < CA_RING_SLOTS &&
+           __sync_val_compare_and_swap(&r->head, h, h + 1) == h;
+}
+
 static __always_inline struct ca_event *ring_reserve(u32 kind)
 {
     u32 cpu = bpf_get_smp_processor_id();
     struct ca_ring_ctl *r = ring_ctl.lookup(&cpu);
-    if (!r) {
+    u64 at = 0;
+    if (!r || !(ring_claim(r, &at) || ring_claim(r, &at))) {
         count_drop(kind);
         return NULL;
     }
-    u64 at = *(volatile u64 *)&r->head;
-    if (at - *(volatile u64 *)&r->tail >= CA_RING_SLOTS ||
-        __sync_val_compare_and_swap(&r->head, at, at + 1) != at) {
-        at = *(volatile u64 *)&r->head;
-        if (at - *(volatile u64 *)&r->tail >= CA_RING_SLOTS ||
-            __sync_val_compare_and_swap(&r->head, at, at + 1) != at) {
-            count_drop(kind);
-            return NULL;
-        }
-    }
     u32 idx = cpu * CA_RING_SLOTS + (u32)(at & (CA_RING_SLOTS - 1));
-    return ring.lookup(&idx);        /* never NULL: cpu < CA_RING_CPUS, checked above */
+    return ring.lookup(&idx);        /* never NULL: cpu < CA_CPU_IDS, checked above */
 }
 
 /* The record complete: its kind (never 0) stored last, after every other field (x86-64
