@@ -470,11 +470,11 @@ class Probes:
         import mmap
         import numpy as np
         if self._drops_mm is None:
-            size = possible_cpus() * CA_NKINDS * 8
-            size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+            self._drop_slots = possible_cpus() * CA_NKINDS      # the CA_CPU_IDS it was built with
+            size = -(-self._drop_slots * 8 // mmap.PAGESIZE) * mmap.PAGESIZE
             self._drops_mm = mmap.mmap(self._bpf["drops"].map_fd, size, mmap.MAP_SHARED,
                                        mmap.PROT_READ)
-        counts = np.frombuffer(self._drops_mm, np.uint64, count=possible_cpus() * CA_NKINDS)
+        counts = np.frombuffer(self._drops_mm, np.uint64, count=self._drop_slots)
         out = counts.reshape(-1, CA_NKINDS).sum(axis=0).tolist()
         del counts                    # no view left, so the mapping can close
         return out
