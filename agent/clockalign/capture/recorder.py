@@ -4,8 +4,8 @@
     summary = rec.run()      # blocks until --duration, Ctrl-C/SIGTERM or the targets' exit
 
 The event path stays bulk: the per-CPU slot rings (slotring.py; perf buffers, perfbuf.py, where
-they do not load) are read as numpy batches and each batch becomes one columnar chunk; the clock probe and the counter sampler run in their own
-threads and write their own chunks.
+they do not load) are read as numpy batches and each batch becomes one columnar chunk; the
+clock probe and the counter sampler run in their own threads and write their own chunks.
 """
 import dataclasses
 import os

@@ -1,6 +1,7 @@
 /* The recorder's per-event work in C: draining the per-CPU slot rings or perf buffers and
- * turning a batch of fixed-size event records into run-file format 2's column planes (store/codec.py).  Numpy
- * spends ~1.3 us per event on the same steps (strided structured copies); this ~0.05 us.
+ * turning a batch of fixed-size event records into run-file format 2's column planes
+ * (store/codec.py).  Numpy spends ~1.3 us per event on the same steps (strided structured
+ * copies); this ~0.05 us.
  * The output is byte for byte what codec.encode_columns builds: tests compare the two.
  * Built and loaded by clockalign/native/__init__.py; x86-64 (loads and stores need no fences,
  * as preflight.check_architecture states). */

@@ -68,15 +68,18 @@ def info_lines(r, file) -> list:
         reader = r.trailer.get("buffer_reader")
         kind = {"slots": " (slot rings)", "perf": " (perf buffers)"}.get(
             r.trailer.get("event_buffers"), "")
-        out.append(f"drops     {sum(drops.values())}" +
-                   (" (" + ", ".join(f"{k} {v}" for k, v in drops.items()) + ")" if drops else "")
-                   + (f"; fullest event buffer {peak:.0%}{kind}"
-                      if isinstance(peak, (int, float)) else "")
-                   + (f", read by the {'C' if reader == 'native' else 'Python'} reader thread"
-                      if reader else "")
-                   + (f"; {r.trailer['bpf_skipped_runs']} probe runs skipped by the kernel "
-                      "(another BPF program on that CPU)"
-                      if r.trailer.get("bpf_skipped_runs") else ""))
+        skipped = r.trailer.get("bpf_skipped_runs")
+        line = f"drops     {sum(drops.values())}"
+        if drops:
+            line += " (" + ", ".join(f"{k} {v}" for k, v in drops.items()) + ")"
+        if isinstance(peak, (int, float)):
+            line += f"; fullest event buffer {peak:.0%}{kind}"
+        if reader:
+            line += f", read by the {'C' if reader == 'native' else 'Python'} reader thread"
+        if skipped:
+            line += (f"; {skipped} probe runs skipped by the kernel (another BPF program on "
+                     "that CPU)")
+        out.append(line)
         out.append(f"stopped   {r.trailer.get('reason')}")
         helpers = _map(r.trailer.get("helpers"))
         c = _map(helpers.get("counters"))
