@@ -497,6 +497,22 @@ class WatchRecording(Recording):
         return {**res, "size": 0, "counts": counts, "drops": drops, "ring_peak_fill": None}
 
 
+def link_empty_multi(empty, lib, pid=0):
+    """The empty program of the BPF object empty on lib's cuLaunchKernel entry and return, as
+    uprobe_multi links (how clockalign attaches; pid 0: every process): their detach()."""
+    from clockalign.capture.uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
+    BPF = type(empty)
+    path, off = BPF._check_path_symbol(lib, "cuLaunchKernel", 0, -1)
+    fn = empty.load_func("e", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
+    fds = [link_uprobe_multi(fn.fd, path.decode(), [off], [1], r, pid=pid)
+           for r in (False, True)]
+
+    def detach():
+        for fd in fds:
+            os.close(fd)
+    return detach
+
+
 # ---------------------------------------------------------------- part: micro
 def part_micro(lib, storm, rounds, calls, only=None, stats_only=None, on_rounds=None):
     """The timed rounds, then the BPF statistics pass (over stats_only's configurations
@@ -534,17 +550,6 @@ def part_micro(lib, storm, rounds, calls, only=None, stats_only=None, on_rounds=
 
     empty = BPF(text="int e(void *ctx) { return 0; }")
 
-    def attach_empty_multi(pid):
-        from clockalign.capture.uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
-        path, off = BPF._check_path_symbol(lib, "cuLaunchKernel", 0, -1)
-        fn = empty.load_func("e", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
-        fds = [link_uprobe_multi(fn.fd, path.decode(), [off], [1], r) for r in (False, True)]
-
-        def detach():
-            for fd in fds:
-                os.close(fd)
-        return detach
-
     def attach_probes(cfg, pid):
         sched = cfg == "probes_all"
         with environ(buffers_env(cfg)):
@@ -565,7 +570,7 @@ def part_micro(lib, storm, rounds, calls, only=None, stats_only=None, on_rounds=
         if cfg in objs:
             return attach_stage(cfg, pid), objs[cfg].funcs
         if cfg == "pair_empty_multi":
-            return attach_empty_multi(pid), empty.funcs
+            return link_empty_multi(empty, lib), empty.funcs
         return attach_probes(cfg, pid)
 
     def start_recorder(cfg, pid):
@@ -712,12 +717,7 @@ def part_ab(lib, storm, rounds, calls, only=None):
 
     def switch_on(cfg):
         if cfg == "pair_empty_multi":
-            from clockalign.capture.uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
-            path, off = BPF._check_path_symbol(lib, "cuLaunchKernel", 0, -1)
-            fn = empty.load_func("e", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
-            fds = [link_uprobe_multi(fn.fd, path.decode(), [off], [1], r, pid=st.pid)
-                   for r in (False, True)]
-            return lambda: [os.close(fd) for fd in fds]
+            return link_empty_multi(empty, lib, pid=st.pid)
         if cfg in probes:
             why = probes[cfg].add_targets([st.pid], lib)
             if why:
