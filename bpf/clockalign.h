@@ -18,16 +18,17 @@
 #define CA_KIND_SIGNAL 10
 #define CA_KIND_TCP 11
 #define CA_KIND_XID_MSG 12
-#define CA_NKINDS 16
+#define CA_KIND_CUDA_ENTRY 13    /* a CUDA call recorded at its entry only (its return not probed) */
+#define CA_NKINDS 32
 
 /* drops[] is indexed by kind (a record that could not be sent), plus these: index 0
  * counts state-map updates that failed (a map full); the CUDA call slots count calls not
  * paired: another live target thread held the slot (tid equal modulo the slots), calls
  * nested deeper than CA_NEST, a return that found another function on top */
 #define CA_DROP_MAP_FULL 0
-#define CA_DROP_UNPAIRED 13
-#define CA_DROP_NESTED 14
-#define CA_DROP_SLOT_BUSY 15
+#define CA_DROP_UNPAIRED 29
+#define CA_DROP_NESTED 30
+#define CA_DROP_SLOT_BUSY 31
 
 /* probed CUDA calls one thread can be inside at once (a power of two) */
 #define CA_NEST 2

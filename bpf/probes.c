@@ -200,6 +200,51 @@ static __always_inline struct ca_slot *call_slot(u32 tid)
     return inflight.lookup(&idx);
 }
 
+/* CA_ENTRY_ONLY_LO/_HI (record --cuda-returns blocking): a bit per function id whose
+ * return is not probed.  Those calls (launches, async copies and memsets, event records,
+ * stream waits: they only enqueue work) are recorded at their entry as CA_KIND_CUDA_ENTRY,
+ * with no duration and no return code, for one trap a call instead of two: the trap, not
+ * the BPF program, is most of what a probed call costs (results/serving-loop.md). */
+#if defined(CA_ENTRY_ONLY_LO) || defined(CA_ENTRY_ONLY_HI)
+#ifndef CA_ENTRY_ONLY_LO
+#define CA_ENTRY_ONLY_LO 0
+#endif
+#ifndef CA_ENTRY_ONLY_HI
+#define CA_ENTRY_ONLY_HI 0
+#endif
+static __always_inline int entry_only(u32 fn)
+{
+    return fn < 64 ? (((u64)CA_ENTRY_ONLY_LO >> fn) & 1)
+                   : fn < 128 ? (((u64)CA_ENTRY_ONLY_HI >> (fn - 64)) & 1) : 0;
+}
+
+static __always_inline int cuda_entry_record(u64 pt, u32 fn, u64 a0, u64 a1, u64 a2, u64 a3,
+                                             u64 a4)
+{
+#ifdef CA_PERF_BUFFERS
+    return 0;                       /* never built so: bpfprog.py refuses the combination */
+#else
+    struct ca_event *e = ring_reserve(CA_KIND_CUDA_ENTRY);
+    if (!e)
+        return 0;
+    e->kind = 0;
+    e->ts = bpf_ktime_get_ns();
+    e->dur = 0;
+    e->pid = pt >> 32;
+    e->tid = (u32)pt;
+    e->code = fn;
+    e->ret = 0;
+    e->a[0] = a0; e->a[1] = a1; e->a[2] = a2; e->a[3] = a3; e->a[4] = a4;
+    __builtin_memset(e->data, 0, CA_DATA_LEN);
+    ring_commit(e, CA_KIND_CUDA_ENTRY);
+    return 0;
+#endif
+}
+#else
+#define entry_only(fn) 0
+#define cuda_entry_record(pt, fn, a0, a1, a2, a3, a4) 0
+#endif
+
 static __always_inline int cuda_enter(u32 fn, u64 a0, u64 a1, u64 a2, u64 a3, u64 a4)
 {
     u64 pt = bpf_get_current_pid_tgid();
@@ -207,6 +252,8 @@ static __always_inline int cuda_enter(u32 fn, u64 a0, u64 a1, u64 a2, u64 a3, u6
     if (!is_target(pt >> 32))
         return 0;
 #endif                              /* else the uprobe_multi links fire in the targets only */
+    if (entry_only(fn))
+        return cuda_entry_record(pt, fn, a0, a1, a2, a3, a4);
     u32 tid = (u32)pt;
     struct ca_slot *s = call_slot(tid);
     if (!s)

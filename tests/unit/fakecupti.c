@@ -37,7 +37,15 @@ static const char *names[] = {"k_fake0", "k_fake1", "k_fake2"};
 #define CB_MEMSET 21
 #define CB_SYNC 30
 
-CUptiResult cuptiActivityEnable(CUpti_ActivityKind k) { (void)k; return CUPTI_SUCCESS; }
+static int kind_on[64];    /* activity kinds enabled: fake_run queues only those */
+CUptiResult cuptiActivityEnable(CUpti_ActivityKind k)
+{
+    if (k == CUPTI_ACTIVITY_KIND_GRAPH_TRACE && kind_on[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL])
+        return CUPTI_ERROR_NOT_COMPATIBLE;     /* as the real one: graph or kernel level */
+    kind_on[k & 63] = 1;
+    return CUPTI_SUCCESS;
+}
+CUptiResult cuptiActivityDisable(CUpti_ActivityKind k) { kind_on[k & 63] = 0; return CUPTI_SUCCESS; }
 CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc r,
                                            CUpti_BuffersCallbackCompleteFunc d)
 {
@@ -120,6 +128,8 @@ CUptiResult cuptiGetResultString(CUptiResult r, const char **s) { (void)r; *s = 
 
 static void queue(const void *rec, size_t len)
 {
+    if (!kind_on[((const CUpti_Activity *)rec)->kind & 63])
+        return;
     pthread_mutex_lock(&mu);
     if (pend_len + len > pend_cap) {
         pend_cap = (pend_cap + len) * 2;
@@ -195,3 +205,4 @@ int fake_run(int n)
 }
 
 int fake_raw(void) { return raw; }
+int fake_kind_on(int k) { return kind_on[k & 63]; }

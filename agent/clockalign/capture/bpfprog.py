@@ -22,7 +22,7 @@ from .uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
 from .tracefs import tracepoint_exists, tracepoint_field_is_dataloc, tracepoint_fields
 
 CA_NEST = 2       # bpf/clockalign.h: probed calls one thread can be inside at once
-CA_NKINDS = 16    # bpf/clockalign.h: drop counters a CPU (indexed by kind, CA_DROP_*)
+CA_NKINDS = 32    # bpf/clockalign.h: drop counters a CPU (indexed by kind, CA_DROP_*)
 
 
 @dataclasses.dataclass
@@ -39,6 +39,17 @@ class ProbeOptions:
     cuda_args: str = "full"       # "registers": no user-memory reads in the CUDA probes
     pid_links: bool = None        # uprobe_multi links per target process (kernel-side
                                   # filter); default: when children are not followed
+    cuda_returns: str = "all"     # "blocking": calls that only enqueue work are recorded
+                                  # at entry (CUDA_ENTRY), their returns not probed
+
+
+def entry_only_ids(opts: ProbeOptions) -> set:
+    """Ids of the table functions probed at entry only under opts (cuda_api.enqueues)."""
+    if opts.cuda_returns == "all":
+        return set()
+    if opts.cuda_returns != "blocking":
+        raise ValueError(f"cuda_returns must be 'all' or 'blocking', not {opts.cuda_returns!r}")
+    return {f.id for f in cuda_api.FUNCTIONS.values() if f.enqueues}
 
 
 def import_bcc():
@@ -95,8 +106,8 @@ XID_PRINTK_ENV = "CLOCKALIGN_TEST_XID_PRINTK"
 XID_PRINTK_CODE = 31
 
 # drops[] indices that are not record kinds (bpf/clockalign.h CA_DROP_*)
-DROP_NAMES = {0: "state_map_full", 13: "cuda_unpaired", 14: "cuda_nested",
-              15: "cuda_slot_busy"}
+DROP_NAMES = {0: "state_map_full", 29: "cuda_unpaired", 30: "cuda_nested",
+              31: "cuda_slot_busy"}
 
 
 def use_pid_links(opts: ProbeOptions) -> bool:
@@ -129,6 +140,14 @@ def build_cflags(opts: ProbeOptions, buffers: str = None):
             raise ValueError(f"cuda_args must be 'full' or 'registers', not {opts.cuda_args!r}")
         if use_pid_links(opts):
             flags.append("-DCA_PID_LINKS")
+        ids = entry_only_ids(opts)
+        if ids and buffers == "perf":
+            notes.append("--cuda-returns blocking needs the slot rings: every CUDA return "
+                         "is probed (perf buffers)")
+        elif ids:
+            lo = sum(1 << i for i in ids if i < 64)
+            hi = sum(1 << (i - 64) for i in ids if 64 <= i < 128)
+            flags += [f"-DCA_ENTRY_ONLY_LO={lo:#x}ULL", f"-DCA_ENTRY_ONLY_HI={hi:#x}ULL"]
     if opts.connect:
         flags.append("-DCA_CONNECT")
     if opts.sched:
@@ -280,7 +299,8 @@ class Probes:
             log.seek(0)
             lines = [ln.strip() for ln in log if ln.strip()]
         first = next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else "")
-        self.cflags, _ = build_cflags(opts, "perf")
+        self.cflags, more = build_cflags(opts, "perf")
+        self.notes.extend(n for n in more if n not in self.notes)
         self._compile(BPF, self.cflags)
         self.notes.append("the slot rings did not load on this kernel (they need BPF "
                           "compare-and-swap and mmapable arrays, Linux 5.12): records go "
@@ -420,20 +440,35 @@ class Probes:
                 del t[ctypes.c_uint32(int(tgid))]
             except KeyError:
                 pass
-            for fd in self._pid_links.pop(int(tgid), []):
+            for fd in reversed(self._pid_links.pop(int(tgid), [])):   # entry link first
                 self._links.remove(fd)
                 os.close(fd)
             if int(tgid) in self.tgids:
                 self.tgids.remove(int(tgid))
 
+    @property
+    def entry_only(self) -> set:
+        """Ids of the functions whose returns are not probed in the program as built."""
+        if not any(f.startswith("-DCA_ENTRY_ONLY_") for f in self.cflags):
+            return set()
+        return entry_only_ids(self.opts)
+
     def _attach_multi(self, path, at, pids=None):
-        """One entry and one return link on path; per target process (pids, default all
-        targets) where the program is built for per-process links, else one for all."""
+        """One return and one entry link on path; per target process (pids, default all
+        targets) where the program is built for per-process links, else one for all.  The
+        return link is armed first and closed last: a call that enters between the two
+        then has its return probed too, so no entry is left without its return (a busy
+        process attached entry-first left some, counted as cuda_nested drops)."""
         BPF = type(self._bpf)
-        offsets = sorted(at)
-        cookies = [cuda_stubs.cookie(at[o]) for o in offsets]
+        skip = self.entry_only
+        entries = sorted(at)
+        returns = [o for o in entries if at[o].id not in skip]
         pids = (self.tgids if pids is None else pids) if "-DCA_PID_LINKS" in self.cflags else [0]
-        for prog, ret in (("enter_any", False), ("return_any", True)):
+        for prog, ret, offsets in (("return_any", True, returns),
+                                   ("enter_any", False, entries)):
+            if not offsets:
+                continue
+            cookies = [cuda_stubs.cookie(at[o]) for o in offsets]
             fn = self._bpf.load_func(prog, BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
             for pid in pids:
                 fd = link_uprobe_multi(fn.fd, path, offsets, cookies, ret, pid=pid)
@@ -442,15 +477,16 @@ class Probes:
                     self._pid_links.setdefault(pid, []).append(fd)
 
     def _attach_each(self, lib, at):
+        skip = self.entry_only
         for f in at.values():
             sym = f.symbol
+            if f.id not in skip:
+                try:
+                    self._bpf.attach_uretprobe(name=lib, sym=sym, fn_name=f"return_{sym}")
+                except Exception as e:
+                    raise ClockalignError(f"could not attach the return probe of {sym} in "
+                                          f"{lib} ({e})") from None
             self._bpf.attach_uprobe(name=lib, sym=sym, fn_name=f"enter_{sym}")
-            try:
-                self._bpf.attach_uretprobe(name=lib, sym=sym, fn_name=f"return_{sym}")
-            except Exception as e:
-                self._bpf.detach_uprobe(name=lib, sym=sym)
-                raise ClockalignError(f"could not attach the return probe of {sym} in {lib} "
-                                      f"({e})") from None
 
     def drops(self) -> dict:
         """Records that could not be sent, per kind name (summed over CPUs), plus the
@@ -525,7 +561,7 @@ class Probes:
         if self._drops_mm is not None:
             self._drops_mm.close()
             self._drops_mm = None
-        for fd in self._links:
+        for fd in reversed(self._links):      # entry links before their return links
             os.close(fd)
         self._links = []
         self._pid_links = {}

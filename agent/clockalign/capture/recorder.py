@@ -43,6 +43,7 @@ class RecordOptions:
     libcuda: str = None
     cuda: bool = True
     cuda_args: str = "full"           # "registers": no user-memory reads in CUDA probes
+    cuda_returns: str = "all"         # "blocking": enqueue-only calls recorded at entry
     follow_children: bool = None      # default: on in spawn mode, off for --pid
     ring_mb: float = None             # None: 8 MiB of event buffer a CPU
     counters: str = "auto"
@@ -203,6 +204,7 @@ class Recorder:
             "targets": [target(p) for p in tgids],
             "cuda_functions": {str(k): v[0] for k, v in CUDA_FUNCTIONS.items()},
             "cuda_attached": probes.attached_cuda, "cuda_missing": probes.missing_cuda,
+            "cuda_entry_only": sorted(CUDA_FUNCTIONS[i][0] for i in probes.entry_only),
             "cuda_libraries": getattr(probes, "cuda_libraries", {}),
             "kinds": {str(int(k)): v for k, v in KIND_NAMES.items()},
             "event_dtype": str(EVENT_DTYPE.descr), "cflags": probes.cflags,
@@ -260,7 +262,7 @@ class Recorder:
         try:
             cuda_lib = self._resolve_cuda(tgids, env)
             probes = Probes(ProbeOptions(cuda_lib=cuda_lib, follow_children=follow,
-                                         cuda_args=o.cuda_args,
+                                         cuda_args=o.cuda_args, cuda_returns=o.cuda_returns,
                                          ring_mb=o.ring_mb), tgids)
         except BaseException:
             if self.child:

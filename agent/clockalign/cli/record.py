@@ -39,6 +39,13 @@ def probe_options(f):
                           "arguments such as a launch's stream, no struct fields, "
                           "out-parameters or kernel names), saving one user-memory read per "
                           "call (results/overhead/ says how much)."),
+        click.option("--cuda-returns", type=click.Choice(["all", "blocking"]), default="all",
+                     show_default=True,
+                     help="'blocking': probe the returns only of calls that can block or "
+                          "fail on their own; launches, async copies and memsets, event "
+                          "records and stream waits are recorded at entry (no duration, no "
+                          "return code) for one trap a call instead of two "
+                          "(results/serving-loop.md says what it saves)."),
         click.option("--follow-children/--no-follow-children", default=None,
                      help="Also record processes the targets fork (default: on for a "
                           "command)."),
@@ -65,13 +72,14 @@ def probe_options(f):
     return f
 
 
-def dump_bpf_text(no_cuda, libcuda, cuda_args, ring_mb) -> str:
+def dump_bpf_text(no_cuda, libcuda, cuda_args, ring_mb, cuda_returns="all") -> str:
     from ..capture.bpfprog import ProbeOptions, dump_bpf as dump
     return dump(ProbeOptions(cuda_lib=None if no_cuda else (libcuda or "libcuda.so.1"),
-                             cuda_args=cuda_args, ring_mb=ring_mb))
+                             cuda_args=cuda_args, ring_mb=ring_mb, cuda_returns=cuda_returns))
 
 
-def record_options(output, force, pids, duration, libcuda, no_cuda, cuda_args, follow_children,
+def record_options(output, force, pids, duration, libcuda, no_cuda, cuda_args, cuda_returns,
+                   follow_children,
                    counters, counter_interval, no_gpu_clock, gpu_clock_period, gpu_clock_pings,
                    ring_mb, quiet, command, **extra) -> RecordOptions:
     """RecordOptions from probe_options' values, each checked (one sentence when bad);
@@ -85,7 +93,7 @@ def record_options(output, force, pids, duration, libcuda, no_cuda, cuda_args, f
     _check_ring_memory(ring_mb)
     return RecordOptions(output=output, force=force, pids=list(pids),
                          command=list(command) or None, duration=duration, libcuda=libcuda,
-                         cuda=not no_cuda, cuda_args=cuda_args,
+                         cuda=not no_cuda, cuda_args=cuda_args, cuda_returns=cuda_returns,
                          follow_children=follow_children, ring_mb=ring_mb, counters=counters,
                          counter_interval=counter_interval, gpu_clock=not no_gpu_clock,
                          gpu_clock_period=gpu_clock_period, gpu_clock_pings=gpu_clock_pings,
@@ -115,7 +123,8 @@ def command(output, dump_bpf, gpu_activity, gpu_activity_timestamps, **kw):
     'clockalign info').  Spawn mode (-- COMMAND) runs the command on this host, never
     inside a container: start the service in its container, then use --pid."""
     if dump_bpf:
-        click.echo(dump_bpf_text(kw["no_cuda"], kw["libcuda"], kw["cuda_args"], kw["ring_mb"]))
+        click.echo(dump_bpf_text(kw["no_cuda"], kw["libcuda"], kw["cuda_args"], kw["ring_mb"],
+                                 kw["cuda_returns"]))
         return
     s = Recorder(record_options(output, **kw, gpu_activity=gpu_activity,
                                 gpu_activity_timestamps=gpu_activity_timestamps)).run()

@@ -54,7 +54,8 @@ def command(listen, output, follow, print_rules, p99_factor, dump_bpf, **kw):
         click.echo(render(p99_factor), nl=False)
         return
     if dump_bpf:
-        click.echo(dump_bpf_text(kw["no_cuda"], kw["libcuda"], kw["cuda_args"], kw["ring_mb"]))
+        click.echo(dump_bpf_text(kw["no_cuda"], kw["libcuda"], kw["cuda_args"], kw["ring_mb"],
+                                 kw["cuda_returns"]))
         return
     from ..watch.session import run_watch
     s = run_watch(record_options(output, follow=list(follow) or None, **kw), listen)

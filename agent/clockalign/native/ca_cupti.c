@@ -16,6 +16,12 @@
  *     gcc -O2 -shared -fPIC -fvisibility=hidden -I<cupti include> -I<cuda include> ca_cupti.c \
  *         -o ca_cupti.so -ldl -lpthread   (clockalign.native.build does this, cached)
  * CLOCKALIGN_CUPTI_RAW=0 keeps CUPTI's converted timestamps (for comparisons).
+ * CLOCKALIGN_CUPTI_MODE picks what is collected (CA_MODE_* bits of ca_gpu_wire.h, as a
+ * number; default kernels, copies, memsets and the launching calls); "graph" mode takes a
+ * CUDA graph's execution as one record instead of its kernels (CUPTI's graph-level trace).
+ * CLOCKALIGN_CUPTI_CTL names a file holding such a number: the flusher re-reads it every
+ * period and switches collection to it (0: nothing; activity in windows), sending a
+ * CA_GK_MODE record with the time of each switch, so the run file says what was on when.
  *
  * A write that would raise SIGPIPE (the recorder is gone) is caught with SIGPIPE blocked
  * in the writing thread; the library then stops collecting, and the target runs on.
@@ -56,6 +62,7 @@ typedef CUpti_ActivityMemset4 ca_memset_t;
 
 static struct {
     CUptiResult (*ActivityEnable)(CUpti_ActivityKind);
+    CUptiResult (*ActivityDisable)(CUpti_ActivityKind);
     CUptiResult (*ActivityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc,
                                              CUpti_BuffersCallbackCompleteFunc);
     CUptiResult (*ActivityGetNextRecord)(uint8_t *, size_t, CUpti_Activity **);
@@ -278,6 +285,11 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
             CA_COMMON(o, m);
             o.value = m->bytes;
             o.aux = m->copyKind | (uint32_t)m->srcKind << 8 | (uint32_t)m->dstKind << 16;
+        } else if (rec->kind == CUPTI_ACTIVITY_KIND_GRAPH_TRACE) {
+            const CUpti_ActivityGraphTrace2 *g = (const CUpti_ActivityGraphTrace2 *)rec;
+            o.kind = CA_GK_GRAPH;
+            CA_COMMON(o, g);
+            o.aux = g->graphId;
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             const ca_memset_t *m = (const ca_memset_t *)rec;
             o.kind = CA_GK_MEMSET;
@@ -377,6 +389,90 @@ static int starts_gpu_work(const char *name)
     return 0;
 }
 
+/* --- what is collected: CA_MODE_* bits, switched at run time ----------------------- */
+static uint32_t mode_now;                /* what is enabled */
+static const char *ctl_path;             /* CLOCKALIGN_CUPTI_CTL */
+static int api_enabled_ids[CUPTI_DRIVER_TRACE_CBID_SIZE];
+
+static CUptiResult set_kind(CUpti_ActivityKind k, int on)
+{
+    return on ? cu.ActivityEnable(k) : cu.ActivityDisable(k);
+}
+
+/* Switch collection to `want`; returns what is on afterwards (a kind CUPTI refused stays
+ * off, and says so once on stderr). */
+static uint32_t apply_mode(uint32_t want)
+{
+    static const struct { uint32_t bit; CUpti_ActivityKind kind; } kinds[] = {
+        {CA_MODE_KERNEL, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL},
+        {CA_MODE_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY},
+        {CA_MODE_MEMSET, CUPTI_ACTIVITY_KIND_MEMSET},
+        {CA_MODE_GRAPH, CUPTI_ACTIVITY_KIND_GRAPH_TRACE},
+    };
+    if (want & CA_MODE_GRAPH)
+        want &= ~(uint32_t)CA_MODE_KERNEL;       /* CUPTI takes one or the other */
+    /* switch off first: graph-level and kernel-level tracing exclude each other */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < sizeof(kinds) / sizeof(*kinds); i++) {
+            uint32_t bit = kinds[i].bit;
+            int on = !!(want & bit), was = !!(mode_now & bit);
+            if (on == was || on != pass)
+                continue;
+            CUptiResult r = set_kind(kinds[i].kind, on);
+            if (r == CUPTI_SUCCESS) {
+                mode_now ^= bit;
+            } else {
+                const char *why = "?";
+                cu.GetResultString(r, &why);
+                fprintf(stderr, "clockalign-cupti: activity kind %d could not be switched %s: "
+                        "%s\n", (int)kinds[i].kind, on ? "on" : "off", why);
+            }
+        }
+    }
+    if (!!(want & CA_MODE_API) != !!(mode_now & CA_MODE_API)) {
+        uint32_t on = !!(want & CA_MODE_API);
+        for (uint32_t id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; id++)
+            if (api_enabled_ids[id])
+                cu.EnableCallback(on, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+        mode_now ^= CA_MODE_API;
+    }
+    struct ca_gpu_rec o;
+    memset(&o, 0, sizeof(o));
+    o.kind = CA_GK_MODE;
+    o.start = mono_ns();
+    o.value = mode_now;
+    o.aux = want;
+    put(&o);
+    return mode_now;
+}
+
+static uint32_t parse_mode(const char *s, uint32_t dflt)
+{
+    char *end;
+    if (!s || !*s)
+        return dflt;
+    unsigned long v = strtoul(s, &end, 0);
+    return end == s ? dflt : (uint32_t)v;
+}
+
+/* The control file's word, if it changed since the last look (else keep what is on). */
+static void poll_ctl(void)
+{
+    static char last[32];
+    char buf[32] = {0};
+    if (!ctl_path)
+        return;
+    int fd = open(ctl_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0 || !strcmp(buf, last))
+        return;
+    memcpy(last, buf, sizeof(last));
+    apply_mode(parse_mode(buf, mode_now));
+}
+
 /* --- clock sandwiches, periodic flush, exit --------------------------------------- */
 static void clock_record(void)
 {
@@ -430,6 +526,7 @@ static void *flusher(void *arg)
         pthread_mutex_unlock(&flusher_mu);
         if (++n % CLOCK_EVERY == 0)
             clock_record();
+        poll_ctl();
         flush_all(0);
         pthread_mutex_lock(&flusher_mu);
     }
@@ -462,6 +559,7 @@ static int resolve(void *h)
         return -1; \
     }
     SYM(ActivityEnable, "cuptiActivityEnable")
+    SYM(ActivityDisable, "cuptiActivityDisable")
     SYM(ActivityRegisterCallbacks, "cuptiActivityRegisterCallbacks")
     SYM(ActivityGetNextRecord, "cuptiActivityGetNextRecord")
     SYM(ActivityFlushAll, "cuptiActivityFlushAll")
@@ -543,15 +641,6 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
         warn("cuptiActivityRegisterCallbacks", r);
         return 1;
     }
-    static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                               CUPTI_ACTIVITY_KIND_MEMCPY,
-                                               CUPTI_ACTIVITY_KIND_MEMSET};
-    for (size_t i = 0; i < sizeof(kinds) / sizeof(*kinds); i++) {
-        if ((r = cu.ActivityEnable(kinds[i])) != CUPTI_SUCCESS) {
-            warn("cuptiActivityEnable", r);
-            return 1;
-        }
-    }
     if ((r = cu.Subscribe(&subscriber, on_callback, NULL)) != CUPTI_SUCCESS) {
         warn("cuptiSubscribe (is another CUPTI client, e.g. a profiler, attached?)", r);
         return 1;
@@ -559,11 +648,14 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     cu.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
     for (uint32_t id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; id++) {
         const char *name = NULL;
-        if (cu.GetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) == CUPTI_SUCCESS && name &&
-            starts_gpu_work(name))
-            cu.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+        api_enabled_ids[id] = cu.GetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) ==
+                              CUPTI_SUCCESS && name && starts_gpu_work(name);
     }
     put(&info);
+    ctl_path = getenv("CLOCKALIGN_CUPTI_CTL");
+    apply_mode(parse_mode(getenv("CLOCKALIGN_CUPTI_MODE"),
+                          CA_MODE_KERNEL | CA_MODE_MEMCPY | CA_MODE_MEMSET | CA_MODE_API));
+    poll_ctl();
     clock_record();
     flusher_running = pthread_create(&flusher_thread, NULL, flusher, NULL) == 0;
     atexit(at_exit);

@@ -38,6 +38,16 @@ struct ca_pkt {
 #define CA_GK_CLOCK 6     /* start: MONOTONIC, value: cuptiGetTimestamp(), end: MONOTONIC */
 #define CA_GK_DROPPED 7   /* value: records CUPTI dropped (context, stream as given) */
 #define CA_GK_INFO 8      /* value: CUPTI version; aux: CA_RAW_*; start: MONOTONIC at init */
+#define CA_GK_MODE 9      /* what is collected from start (MONOTONIC) on: value: CA_MODE_* bits */
+#define CA_GK_GRAPH 10    /* one CUDA graph's execution (CA_MODE_GRAPH): start,end: GPU time;
+                             corr: its cuGraphLaunch; aux: CUPTI graph id */
+
+/* CA_GK_MODE value (CLOCKALIGN_CUPTI_MODE, or the control file's word): what is collected */
+#define CA_MODE_KERNEL 1  /* every kernel (graph nodes too) */
+#define CA_MODE_MEMCPY 2
+#define CA_MODE_MEMSET 4
+#define CA_MODE_API 8     /* the launching calls' callbacks (tid, MONOTONIC, correlation) */
+#define CA_MODE_GRAPH 16  /* a graph launch as one record, instead of its kernels */
 
 /* ca_gpu_rec.flags */
 #define CA_F_RAW 1        /* start/end are raw GPU timestamps (%globaltimer ns) */

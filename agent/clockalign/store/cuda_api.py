@@ -105,6 +105,16 @@ class CudaFunction:
         return names.index(name) if name in names else None
 
     @property
+    def enqueues(self) -> bool:
+        """The call only puts work on a stream (a launch, an async copy or memset, an event
+        record, a stream wait) and returns: what `record --cuda-returns blocking` records
+        at entry only.  Its return code reports argument errors; the work's own errors
+        surface at the next synchronizing call, which keeps its return probe."""
+        if self.role in ("launch", "graph_launch", "event", "stream_wait"):
+            return True
+        return self.role in ("copy", "memset") and "Async" in self.symbol
+
+    @property
     def deref_a0(self) -> bool:
         return bool(self.args) and self.args[0][1].how == "out"
 

@@ -42,6 +42,9 @@ class Kind(enum.IntEnum):
     XID_MSG = 12        # one XID_PART_LEN piece of an Xid's whole message, sent before the XID
                         # (same ts, pid, tid): code=part index, ret=message length, bytes in
                         # a0..a4 + data.  Readers join them (store/event_text.XidMessages).
+    CUDA_ENTRY = 13     # a driver call recorded at its entry only, its return not probed
+                        # (record --cuda-returns blocking): ts=entry, dur=0, ret=0 (unknown),
+                        # code and a0..a4 as CUDA
 
 
 class TcpCode(enum.IntEnum):
@@ -117,9 +120,15 @@ class GpuKind(enum.IntEnum):
     CLOCK = 6      # CUPTI clock sandwich: start MONOTONIC <= value (CUPTI time) <= end
     DROPPED = 7    # value=records CUPTI dropped
     INFO = 8       # value=CUPTI version, aux=GPU_RAW_* (raw timestamps on or why not)
+    MODE = 9       # collection switched at start (MONOTONIC): value=GPU_MODE_* bits now on,
+                   # aux=the bits asked for (CLOCKALIGN_CUPTI_MODE / the control file)
+    GRAPH = 10     # one CUDA graph's execution (GPU time), corr=its cuGraphLaunch, aux=graph id
 
 
 GPU_FLAG_RAW, GPU_FLAG_CONVERTED = 1, 2
+# GpuKind.MODE value bits (native/ca_gpu_wire.h CA_MODE_*)
+GPU_MODE_KERNEL, GPU_MODE_MEMCPY, GPU_MODE_MEMSET, GPU_MODE_API, GPU_MODE_GRAPH = 1, 2, 4, 8, 16
+GPU_MODE_DEFAULT = GPU_MODE_KERNEL | GPU_MODE_MEMCPY | GPU_MODE_MEMSET | GPU_MODE_API
 GPU_RAW_STATES = {0: "raw GPU timestamps", 1: "libcupti does not export "
                   "cuptiActivityEnableRawTimestamps", 2: "cuptiActivityEnableRawTimestamps failed",
                   3: "converted timestamps asked for"}

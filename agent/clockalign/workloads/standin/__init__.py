@@ -134,7 +134,11 @@ def build(out_dir):
     lib = os.path.join(out_dir, "libcuda.so.1")
     target = os.path.join(out_dir, "target")
     inc = f"-I{out_dir}"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", inc, "-Wl,-soname,libcuda.so.1", "-o", lib,
+    # frame pointers in every function, leaves too: each starts with `push %rbp`, as the
+    # real libcuda's functions do, which the kernel emulates inside the uprobe's trap (a
+    # first instruction it cannot emulate is single-stepped: a second trap a call)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-fno-omit-frame-pointer",
+                    "-mno-omit-leaf-frame-pointer", inc, "-Wl,-soname,libcuda.so.1", "-o", lib,
                     os.path.join(HERE, "libcuda.c")], check=True)
     subprocess.run(["gcc", "-O1", inc, "-o", target, os.path.join(HERE, "target.c"), "-ldl",
                     "-lpthread"], check=True)
