@@ -15,6 +15,8 @@ Part "attach" (one warm process, every configuration in every round, order rotat
   empty_entry            an empty BPF program on the entry of every function clockalign
                          probes (uprobe_multi, this pid): the trap alone
   empty_pair             empty programs on entry and return: two traps
+  empty_entry_at / empty_pair_at   the same at clockalign's probe points (past a leading
+                         endbr64 where the kernel emulates the next instruction, prologue.py)
   profiler               torch.profiler (CPU + CUDA activities) in the loop (SIGUSR1/2)
 Part "activity" (--gpu-activity needs spawn mode): one loop started under
 `clockalign record --gpu-activity`, whose CUPTI library switches what it collects between
@@ -59,6 +61,8 @@ ATTACH = {  # name: (kind, extra args)
     "watch_blocking": ("watch", ["--cuda-returns", "blocking"]),
     "empty_entry": ("empty", [False]),
     "empty_pair": ("empty", [True]),
+    "empty_entry_at": ("empty", [False, "at"]),
+    "empty_pair_at": ("empty", [True, "at"]),
     "profiler": ("profiler", []),
 }
 # CLOCKALIGN_CUPTI_MODE bits (native/ca_gpu_wire.h CA_MODE_*)
@@ -161,7 +165,7 @@ class Attached:
             self._wait(lambda: "clockalign_probes_armed 1.0" in self._metrics())
         elif self.kind == "empty":
             from clockalign.capture.uprobe_multi import link_uprobe_multi
-            fd_prog, path, offs = empty
+            fd_prog, path, offs = empty[extra[1] if len(extra) > 1 else "entry"]
             for ret in ([True, False] if extra[0] else [False]):
                 self.fds.append(link_uprobe_multi(fd_prog, path, offs,
                                                   list(range(len(offs))), ret, pid=pid))
@@ -218,11 +222,11 @@ def calls_in(path, t0, t1):
     return dict(by), tr.get("drops") or {}
 
 
-def first_instructions(lib, symbols, n=3):
-    """{symbol: [its first n instructions]} by objdump, where objdump is there."""
-    import shutil
-    if not shutil.which("objdump"):
-        return {}
+def first_instructions(lib, symbols):
+    """{symbol: {bytes, first, probed, skip, emulated}}: each function's first bytes, its
+    first instruction and the one clockalign probes (capture/prologue.py), no disassembler
+    needed (the GPU hosts have none)."""
+    from clockalign.capture import prologue
     from clockalign.capture.bpfprog import import_bcc
     BPF = import_bcc().BPF
     out = {}
@@ -231,23 +235,12 @@ def first_instructions(lib, symbols, n=3):
             path, off = BPF._check_path_symbol(lib, s, 0, -1)
         except Exception:
             continue
-        d = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"--start-address={off}",
-                            f"--stop-address={off + 24}", lib], capture_output=True, text=True)
-        ins = [ln.split("\t", 1)[-1].strip() for ln in d.stdout.splitlines()
-               if ln.strip() and ":\t" in ln]
-        out[s] = ins[:n]
+        code = prologue.read_code(path.decode() if isinstance(path, bytes) else path, off)
+        skip = prologue.entry_skip(code)
+        probed, emu = prologue.first_instruction(code[skip:])
+        out[s] = {"bytes": code[:8].hex(" "), "first": prologue.first_instruction(code)[0],
+                  "probed": probed, "skip": skip, "emulated": emu}
     return out
-
-
-def emulated(first: str) -> str:
-    """How Linux (arch/x86/kernel/uprobes.c) runs a probed first instruction: push/jmp/call
-    /jcc/nop are emulated in the trap; anything else is single-stepped out of line (a
-    second trap)."""
-    op = first.split()[0] if first else ""
-    if op.startswith("push") or op in ("jmp", "call", "nop", "endbr64") or (
-            op.startswith("j") and op != "jmp"):
-        return "emulated" if op != "endbr64" else "endbr64: single-stepped"
-    return "single-stepped"
 
 
 def summarize(xs):
@@ -288,14 +281,17 @@ def part_attach(args, tmp, deadline):
     BPF = import_bcc().BPF
     empty_bpf = BPF(text="int e(void *ctx) { return 0; }")
     fn = empty_bpf.load_func("e", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
-    offs = set()
+    from clockalign.capture import prologue
+    path = BPF._check_path_symbol(lib, "cuLaunchKernel", 0, -1)[0].decode()
+    offs, offs_at = set(), set()
     for f in cuda_api.FUNCTIONS.values():
         try:
-            offs.add(BPF._check_path_symbol(lib, f.symbol, 0, -1)[1])
+            off = BPF._check_path_symbol(lib, f.symbol, 0, -1)[1]
         except Exception:
-            pass
-    path = BPF._check_path_symbol(lib, "cuLaunchKernel", 0, -1)[0].decode()
-    empty = (fn.fd, path, sorted(offs))
+            continue
+        offs.add(off)
+        offs_at.add(off + prologue.entry_skip(prologue.read_code(path, off)))
+    empty = {"entry": (fn.fd, path, sorted(offs)), "at": (fn.fd, path, sorted(offs_at))}
     windows = []
     for rnd in range(args.rounds):
         if time.monotonic() > deadline:
@@ -431,10 +427,14 @@ def render(res) -> str:
                      + (f"{mine['median']:.1f}" if mine else "") + f" | {added} |"
                      if s else f"| {c} | - | - | - | - | - |")
         L += ["", "Calls by function (all recorded windows) and first instructions:", "",
-              "| function | calls | first instructions | probed instruction |", "|---|---|---|---|"]
+              "| function | calls | first bytes | first instruction | probed at | "
+              "probed instruction in the trap |", "|---|---|---|---|---|---|"]
         for fnm, n in sorted(at["calls"].items(), key=lambda kv: -kv[1]):
-            fi = at["first_instructions"].get(fnm, [])
-            L.append(f"| {fnm} | {n} | {'; '.join(fi)} | {emulated(fi[0]) if fi else '?'} |")
+            fi = at["first_instructions"].get(fnm)
+            L.append(f"| {fnm} | {n} | " + (
+                f"{fi['bytes']} | {fi['first']} | +{fi['skip']} | {fi['probed']}: "
+                + ("emulated" if fi["emulated"] else "single-stepped") + " |"
+                if fi else "? | ? | ? | ? |"))
         drops = [x.get("drops") for x in w if x.get("drops")]
         L += ["", f"Drops reported by recordings: {drops or 'none'}"]
     ac = res.get("activity")

@@ -15,7 +15,7 @@ from importlib import resources
 from ..errors import ClockalignError
 from ..store import cuda_api
 from ..store.schema import EVENT_DTYPE, Kind
-from . import cuda_stubs
+from . import cuda_stubs, prologue
 from .perfbuf import PerfBuffers, online_cpus, per_cpu_size
 from .slotring import SlotRings, possible_cpus
 from .uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
@@ -240,6 +240,7 @@ class Probes:
         self._links = []
         self._pid_links = {}      # tgid -> its own link fds (per-process links)
         self._lib_offsets = {}
+        self.prologues = {}           # symbol: its first instruction and where it is probed
         self._lib_linked = set()  # files with one link for every process
         self.cuda_libraries = {}
         self._bpf = None
@@ -393,9 +394,27 @@ class Probes:
         path = path.decode() if isinstance(path, bytes) else path
         if one.startswith("/"):      # /proc/PID/root/...: the kernel must walk it, not us
             path = one
+        at = self._probe_points(path, at)
         self._lib_offsets[one] = (path, at)
         self.cuda_libraries[one] = {"pids": [], "attached": len(at), "missing": missing}
         return path, at
+
+    def _probe_points(self, path, at):
+        """{offset to probe: function}: each function's own offset, or past a leading
+        endbr64 where the next instruction is one the kernel emulates (prologue.py: one
+        trap per call instead of two).  What each starts with is kept in prologues."""
+        out = {}
+        for off, f in at.items():
+            try:
+                code = prologue.read_code(path, off)
+            except OSError:
+                code = b""
+            skip = prologue.entry_skip(code)
+            desc, emulated = prologue.first_instruction(code[skip:])
+            self.prologues[f.symbol] = {"first": prologue.first_instruction(code)[0],
+                                        "probed": desc, "skip": skip, "emulated": emulated}
+            out[off + skip] = f
+        return out
 
     def add_targets(self, tgids, lib=None):
         """Processes that appeared after the probes were armed (watch --follow): into the

@@ -206,6 +206,7 @@ class Recorder:
             "cuda_attached": probes.attached_cuda, "cuda_missing": probes.missing_cuda,
             "cuda_entry_only": sorted(CUDA_FUNCTIONS[i][0] for i in probes.entry_only),
             "cuda_libraries": getattr(probes, "cuda_libraries", {}),
+            "cuda_prologues": getattr(probes, "prologues", {}),
             "kinds": {str(int(k)): v for k, v in KIND_NAMES.items()},
             "event_dtype": str(EVENT_DTYPE.descr), "cflags": probes.cflags,
             **({"gpu_activity": self._activity.meta()} if self._activity else {}),
