@@ -24,8 +24,11 @@ windows through its control file (CLOCKALIGN_CUPTI_CTL): off, everything (the de
 activity without the launch callbacks, callbacks only, kernels only, graph-level trace.
 
 Per window: tokens/s from the loop's own log, its loop thread's CPU ns per token, and for
-recordings the CUDA calls per token by function.  Ratios are per round, against the same
-round's plain (or 'off') window; medians and min-max over rounds.
+recordings the CUDA calls per token by function.  A plain window comes before every
+--plain-every configurations; each window's ratio is over the mean of the plain (or 'off')
+windows just before and after it, since the loop's own rate drifts; medians and min-max over
+windows.  torch.profiler goes last, paired with plain windows: once used, it may leave CUPTI
+behind in the process.
 
     sudo python3 scripts/bench_serving_loop.py --out results/serving-loop/h200-1
     sudo .venv/bin/python scripts/bench_serving_loop.py --standin --out /tmp/sl --rounds 3
@@ -251,12 +254,18 @@ def summarize(xs):
 
 
 def per_round(windows, cfg, ref, key="rate"):
+    """Each cfg window's value over the mean of the ref windows just before and just after
+    it in time (the loop's rate drifts; neighbours cancel the drift)."""
+    refs = sorted((w["t0"], w[key]) for w in windows if w["config"] == ref and w.get(key))
     rs = []
-    for rnd in sorted({w["round"] for w in windows}):
-        a = [w[key] for w in windows if w["round"] == rnd and w["config"] == cfg and w.get(key)]
-        p = [w[key] for w in windows if w["round"] == rnd and w["config"] == ref and w.get(key)]
-        if a and p:
-            rs.append(a[0] / p[0])
+    for w in windows:
+        if w["config"] != cfg or not w.get(key):
+            continue
+        before = [v for t, v in refs if t < w["t0"]][-1:]
+        after = [v for t, v in refs if t > w["t0"]][:1]
+        near = before + after
+        if near:
+            rs.append(w[key] / (sum(near) / len(near)))
     return summarize(rs)
 
 
@@ -293,24 +302,40 @@ def part_attach(args, tmp, deadline):
         offs_at.add(off + prologue.entry_skip(prologue.read_code(path, off)))
     empty = {"entry": (fn.fd, path, sorted(offs)), "at": (fn.fd, path, sorted(offs_at))}
     windows = []
+
+    def window(cfg, rnd):
+        att = Attached(cfg, loop.p.pid, tmp, lib, empty)
+        time.sleep(args.settle)
+        t0 = now_ns()
+        time.sleep(args.window)
+        t1 = now_ns()
+        w = {"config": cfg, "round": rnd, "t0": t0, "t1": t1, **att.stop()}
+        if att.out and att.out.exists():
+            w["calls"], w["drops"] = calls_in(att.out, t0, t1)
+            att.out.unlink()
+        windows.append(w)
+        print(f"  round {rnd} {cfg:22s} {w.get('summary', '')[:100]}", flush=True)
+        if cfg == "profiler":           # its stop() processes the trace: wait for the loop
+            wait_profiler_off(log)
+        time.sleep(0.3)
+
+    others = [c for c in configs if c not in ("plain", "profiler")]
     for rnd in range(args.rounds):
         if time.monotonic() > deadline:
             print(f"attach: time is up after {rnd} rounds", flush=True)
             break
-        k = rnd % len(configs)
-        for cfg in configs[k:] + configs[:k]:
-            att = Attached(cfg, loop.p.pid, tmp, lib, empty)
-            time.sleep(args.settle)
-            t0 = now_ns()
-            time.sleep(args.window)
-            t1 = now_ns()
-            w = {"config": cfg, "round": rnd, "t0": t0, "t1": t1, **att.stop()}
-            if att.out and att.out.exists():
-                w["calls"], w["drops"] = calls_in(att.out, t0, t1)
-                att.out.unlink()
-            windows.append(w)
-            print(f"  round {rnd} {cfg:22s} {w.get('summary', '')[:100]}", flush=True)
-            time.sleep(0.3)
+        k = rnd % len(others)
+        for i, cfg in enumerate(others[k:] + others[:k]):
+            if i % args.plain_every == 0:
+                window("plain", rnd)
+            window(cfg, rnd)
+    window("plain", args.rounds)
+    if "profiler" in configs:           # last: torch.profiler may leave CUPTI behind it
+        for i in range(args.profiler_pairs):
+            window("profiler", args.rounds + i)
+            window("plain", args.rounds + i)
+    import shutil
+    shutil.copy(log, Path(args.out) / "decode-attach.log")
     loop.stop()
     samples = read_log(log)
     for w in windows:
@@ -327,6 +352,16 @@ def part_attach(args, tmp, deadline):
             "first_instructions": firsts, "calls": dict(called)}
 
 
+def wait_profiler_off(log, timeout=120):
+    """Until the loop has logged a request with the profiler off again."""
+    t_end = time.monotonic() + timeout
+    while time.monotonic() < t_end:
+        rows = read_log(log)
+        if rows and len(rows[-1]) > 3 and rows[-1][3] == 0:
+            return
+        time.sleep(0.2)
+
+
 def part_activity(args, tmp, deadline):
     ctl = tmp / "cupti.ctl"
     ctl.write_text(str(ACTIVITY["activity_all"]))
@@ -337,13 +372,14 @@ def part_activity(args, tmp, deadline):
                 env={"CLOCKALIGN_CUPTI_CTL": str(ctl)})
     print(f"activity loop ready: {loop.info}", flush=True)
     modes = [m for m in args.activity.split(",") if m]
+    others = [m for m in modes if m != "off"]
     windows = []
     for rnd in range(args.rounds):
         if time.monotonic() > deadline:
             print(f"activity: time is up after {rnd} rounds", flush=True)
             break
-        k = rnd % len(modes)
-        for m in modes[k:] + modes[:k]:
+        k = rnd % len(others)
+        for m in [x for o in others[k:] + others[:k] for x in ("off", o)]:
             ctl.write_text(str(ACTIVITY[m]))
             time.sleep(0.25 + args.settle)      # the library looks every 100 ms
             t0 = now_ns()
@@ -352,6 +388,8 @@ def part_activity(args, tmp, deadline):
             windows.append({"config": m, "round": rnd, "t0": t0, "t1": t1})
             print(f"  round {rnd} {m}", flush=True)
     loop.stop()
+    import shutil
+    shutil.copy(log, Path(args.out) / "decode-activity.log")
     samples = read_log(log)
     for w in windows:
         w["rate"], w["cpu_ns_per_token"] = window_rate(samples, w["t0"], w["t1"])
@@ -406,7 +444,7 @@ def render(res) -> str:
     if at:
         L += [f"Loop: {json.dumps(at['loop'])}", "",
               f"{len(at['windows'])} windows of {res['window_s']} s, rotated rounds.", "",
-              "| configuration | tokens/s median (min-max) | per round ÷ plain, median (min-max) "
+              "| configuration | tokens/s median (min-max) | ÷ neighbouring plain, median (min-max) "
               "| CPU ns/token ÷ plain | calls/token | ns per call added |",
               "|---|---|---|---|---|---|"]
         w = at["windows"]
@@ -458,6 +496,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--window", type=float, default=3.0)
     ap.add_argument("--settle", type=float, default=0.5)
+    ap.add_argument("--plain-every", type=int, default=2,
+                    help="a plain window before every N configurations")
+    ap.add_argument("--profiler-pairs", type=int, default=3)
     ap.add_argument("--configs", default=",".join(ATTACH))
     ap.add_argument("--activity", default=",".join(ACTIVITY))
     ap.add_argument("--budget", type=float, default=480, help="seconds for all parts")
