@@ -496,3 +496,46 @@ def test_the_buffers_are_read_while_the_gil_is_held(fakecuda, tmp_path, reader):
     assert got + dropped == sum(EXPECTED_CALLS.values()) + 200000
     if reader == "native":
         assert r.trailer["drops"] == {}, r.trailer["drops"]
+
+
+BUSY = """
+import ctypes, sys, threading
+lib = ctypes.CDLL(sys.argv[1])
+def run():
+    while True:
+        lib.cuLaunchKernel(ctypes.c_void_p(0x1000), 1, 1, 1, 1, 1, 1, 0, ctypes.c_void_p(0),
+                           None, None)
+        lib.cuEventRecord(ctypes.c_void_p(0x7000), ctypes.c_void_p(0))
+for _ in range(3):
+    threading.Thread(target=run, daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
+@pytest.mark.parametrize("cuda_returns", ["all", "blocking"])
+def test_attach_to_a_busy_process_drops_nothing(fakecuda, tmp_path, cuda_returns):
+    """Issue 23 item 6: threads launching nonstop while the probes are armed.  The return
+    link is armed before the entry link, so no call is left with an entry and no return
+    (armed the other way round, each attach lost tens of calls as cuda_nested, and an entry
+    left behind paired with a later return of the same function: a wrong duration)."""
+    busy = subprocess.Popen([sys.executable, "-c", BUSY, str(fakecuda / "libcuda.so.1")],
+                            stdout=subprocess.PIPE, text=True, env=env_for(fakecuda))
+    try:
+        assert busy.stdout.readline().strip() == "ready"
+        out = tmp_path / "busy.ca"
+        rec = run_clockalign("record", "--pid", str(busy.pid), "-o", str(out), *BASE,
+                             "--cuda-returns", cuda_returns, "--duration", "3",
+                             env=env_for(fakecuda), timeout=180)
+        assert rec.returncode == 0, rec.stderr
+        r = RunReader(out)
+        assert r.trailer["drops"] == {}, r.trailer["drops"]
+        ev = r.events()
+        kind = Kind.CUDA if cuda_returns == "all" else Kind.CUDA_ENTRY
+        launches = ev[(ev["kind"] == kind) & (ev["code"] == CUDA_FN_BY_NAME["cuLaunchKernel"])]
+        assert len(launches) > 1000
+        assert len(set(launches["tid"].tolist())) == 3
+        assert "cuLaunchKernel" in r.meta["cuda_entry_only"] or cuda_returns == "all"
+    finally:
+        busy.kill()
+        busy.wait()
