@@ -15,6 +15,13 @@ time.monotonic_ns reads; for the send, half the time the request took to write).
 
 Where a new worker reloaded the model on a GPU, ``reload_cuda_calls`` counts its CUDA calls
 by role from its first call to its first successful launch.
+
+With standby workers (``inject --standby``) a repetition runs on to the moment the client
+saw the standbys replenished (``t_full_ns``), and the two recoveries tell apart by their
+boundaries: a cold restart has "worker restart ... ready (service)" before the ready
+answer; a standby switch has "switched to standby" (the service's log), the standby's
+first request (the sched_wakeup of its main thread, blocked until a request came) and the
+ready answer, then the replacement's "worker restart ... standby replenished" after it.
 """
 import numpy as np
 
@@ -40,6 +47,8 @@ LOGGED = {
     "model loaded": ("model_loaded",),
     "first successful inference": ("first_success", "canary_ok"),
     "ready (service)": ("ready",),
+    "switched to standby": ("switch",),
+    "standby replenished": ("standby_ready",),
 }
 
 
@@ -65,6 +74,7 @@ class _Run:
         dog = sorted({r["tid"] for r in events if r["ev"] == "watchdog_fired"})
         self.dog_sched = tl.events(kinds=["sched"], tids=dog) if dog else None
         self.spawns = [(r["t_ns"], r["worker"]) for r in events if r["ev"] == "worker_spawn"]
+        self.serving = [(r["t_ns"], r["worker"]) for r in events if r["ev"] in ("ready", "switch")]
 
     def log(self, evs, lo, hi, pid=None, rid=None):
         for r in self.events:
@@ -75,15 +85,30 @@ class _Run:
         return None
 
     def worker_at(self, t):
-        """(pid of the worker serving at t, pid of the next one started after t)."""
-        before = [p for ts, p in self.spawns if ts <= t]
+        """(pid of the worker serving at t, pid of the next one started after t): the last
+        one the service turned ready with or switched to (else the last one started)."""
+        before = [p for ts, p in self.serving if ts <= t] or \
+            [p for ts, p in self.spawns if ts <= t]
         after = [p for ts, p in self.spawns if ts > t]
         return (before[-1] if before else None), (after[0] if after else None)
+
+    def first_wakeup(self, tid, lo, hi):
+        """The first sched_wakeup of thread ``tid`` in [lo, hi] -> (t_ns, unc_ns) or None
+        (a SCHED record's wakeup: switch-in minus its wakeup-to-run time)."""
+        sch = self.tl.events(kinds=["sched"], tids=[tid])
+        if not len(sch):
+            return None
+        woke = sch["t_ns"] + sch["dur_ns"] - sch["a0"].astype(np.int64)
+        m = (woke >= lo) & (woke <= hi)
+        if not m.any():
+            return None
+        k = np.flatnonzero(m)[np.argmin(woke[m])]
+        return int(woke[k]), int(sch["unc_ns"][k])
 
 
 def _repetition(run, rep, fault_name):
     t0, t_ans, t_ready = rep["t_send_ns"], rep["t_answer_ns"], rep["t_ready_ns"]
-    hi = t_ready
+    hi = max(t_ready, rep.get("t_full_ns") or t_ready)     # with standbys: replenished
     old, new = run.worker_at(t0)
     out = [_b("request sent", (t0 + rep["t_sent_ns"]) // 2, (rep["t_sent_ns"] - t0 + 1) // 2,
               "client")]
@@ -133,6 +158,14 @@ def _repetition(run, rep, fault_name):
                 out.append(_b("watchdog wakeup", woke, e["unc_ns"], "sched_wakeup tracepoint"))
         if woke is None:
             out.append(_b("watchdog wakeup", fired["t_ns"], 0, "service log"))
+    switch = next((r for r in run.events if r["ev"] == "switch" and r.get("old") == old
+                   and t0 <= r["t_ns"] <= hi), None)
+    if switch is not None:
+        out.append(_b("switched to standby", switch["t_ns"], 0, "service log"))
+        woke = run.first_wakeup(switch["worker"], switch["t_ns"], hi)
+        if woke is not None:
+            out.append(_b("standby's first request", woke[0], woke[1],
+                          "sched_wakeup tracepoint"))
     kernel_or_log("kill sent", run.kills, "pid", old, "signal_generate tracepoint")
     exited = kernel_or_log("worker exit", run.exits, "pid", old if new else None,
                            "sched_process_exit tracepoint", old) if new else None
@@ -167,6 +200,7 @@ def _repetition(run, rep, fault_name):
     elif fault_name == "oom" and old is not None:
         kernel_or_log("first successful inference", None, None, None, None, old)
     kernel_or_log("ready (service)", None, None, None, None, new or old)
+    kernel_or_log("standby replenished", None, None, None, None, new or old)
     out.append(_b("ready answer", t_ready, 0, "client"))
     out.sort(key=lambda b: b["t_ns"])
     return out, reload_calls
@@ -190,13 +224,16 @@ def split(tl, client: dict, events: list) -> list:
     for rep in client["repetitions"]:
         r = {"i": rep["i"], "status": rep["status"], "error": rep["error"],
              "detect_ns": None, "recover_ns": None, "total_ns": None, "boundaries": [],
-             "reload_cuda_calls": {}}
+             "reload_cuda_calls": {}, "replenish_ns": None}
         if rep.get("t_send_ns") is not None and rep.get("t_ready_ns") is not None:
             r["boundaries"], r["reload_cuda_calls"] = _repetition(run, rep, client["fault"])
             if rep["status"] is not None and rep["status"] >= 400:
                 r["detect_ns"] = rep["t_answer_ns"] - rep["t_send_ns"]
                 r["recover_ns"] = rep["t_ready_ns"] - rep["t_answer_ns"]
                 r["total_ns"] = rep["t_ready_ns"] - rep["t_send_ns"]
+                back = [b["t_ns"] for b in r["boundaries"] if b["name"] == "standby replenished"]
+                if back:
+                    r["replenish_ns"] = back[0] - rep["t_send_ns"]
         out.append(r)
     return out
 
