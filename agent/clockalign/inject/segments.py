@@ -47,8 +47,6 @@ LOGGED = {
     "model loaded": ("model_loaded",),
     "first successful inference": ("first_success", "canary_ok"),
     "ready (service)": ("ready",),
-    "switched to standby": ("switch",),
-    "standby replenished": ("standby_ready",),
 }
 
 
@@ -71,8 +69,7 @@ class _Run:
         self.forks = life[life["kind"] == Kind.THREAD_NEW]
         self.exits = life[(life["kind"] == Kind.THREAD_EXIT) & (life["code"] == 1)]
         self.kills = life[(life["kind"] == Kind.SIGNAL) & (life["ret"] == 9)]
-        dog = sorted({r["tid"] for r in events if r["ev"] == "watchdog_fired"})
-        self.dog_sched = tl.events(kinds=["sched"], tids=dog) if dog else None
+        self._sched = {}
         self.spawns = [(r["t_ns"], r["worker"]) for r in events if r["ev"] == "worker_spawn"]
         self.serving = [(r["t_ns"], r["worker"]) for r in events if r["ev"] in ("ready", "switch")]
 
@@ -92,18 +89,18 @@ class _Run:
         after = [p for ts, p in self.spawns if ts > t]
         return (before[-1] if before else None), (after[0] if after else None)
 
-    def first_wakeup(self, tid, lo, hi):
-        """The first sched_wakeup of thread ``tid`` in [lo, hi] -> (t_ns, unc_ns) or None
-        (a SCHED record's wakeup: switch-in minus its wakeup-to-run time)."""
-        sch = self.tl.events(kinds=["sched"], tids=[tid])
-        if not len(sch):
+    def wakeup(self, tid, lo, hi, last=False):
+        """The first (last) wakeup of thread ``tid`` that it ran after within [lo, hi] ->
+        (t_ns, unc_ns) or None: a SCHED record's switch-in minus its wakeup-to-run time."""
+        if tid not in self._sched:
+            self._sched[tid] = self.tl.events(kinds=["sched"], tids=[tid])
+        sch = self._sched[tid]
+        run_at = sch["t_ns"] + sch["dur_ns"]
+        m = np.flatnonzero((run_at >= lo) & (run_at <= hi))
+        if not len(m):
             return None
-        woke = sch["t_ns"] + sch["dur_ns"] - sch["a0"].astype(np.int64)
-        m = (woke >= lo) & (woke <= hi)
-        if not m.any():
-            return None
-        k = np.flatnonzero(m)[np.argmin(woke[m])]
-        return int(woke[k]), int(sch["unc_ns"][k])
+        e = sch[m[np.argmax(run_at[m]) if last else np.argmin(run_at[m])]]
+        return int(e["t_ns"] + e["dur_ns"] - e["a0"]), int(e["unc_ns"])
 
 
 def _repetition(run, rep, fault_name):
@@ -147,22 +144,15 @@ def _repetition(run, rep, fault_name):
     kernel_or_log("split retry failed", None, None, None, None, old)
     fired = run.log(("watchdog_fired",), t0, hi)
     if fired is not None:
-        sch = run.dog_sched
-        woke = None
-        if sch is not None and len(sch):
-            run_at = sch["t_ns"] + sch["dur_ns"]
-            m = (sch["tid"] == fired["tid"]) & (run_at <= fired["t_ns"]) & (run_at >= t0)
-            if m.any():
-                e = sch[np.flatnonzero(m)[-1]]
-                woke = int(e["t_ns"] + e["dur_ns"] - e["a0"])
-                out.append(_b("watchdog wakeup", woke, e["unc_ns"], "sched_wakeup tracepoint"))
-        if woke is None:
-            out.append(_b("watchdog wakeup", fired["t_ns"], 0, "service log"))
+        woke = run.wakeup(fired["tid"], t0, fired["t_ns"], last=True)
+        out.append(_b("watchdog wakeup", *woke, "sched_wakeup tracepoint") if woke else
+                   _b("watchdog wakeup", fired["t_ns"], 0, "service log"))
     switch = next((r for r in run.events if r["ev"] == "switch" and r.get("old") == old
                    and t0 <= r["t_ns"] <= hi), None)
     if switch is not None:
         out.append(_b("switched to standby", switch["t_ns"], 0, "service log"))
-        woke = run.first_wakeup(switch["worker"], switch["t_ns"], hi)
+        # the standby's main thread sleeps in recv() until a request comes
+        woke = run.wakeup(switch["worker"], switch["t_ns"], hi)
         if woke is not None:
             out.append(_b("standby's first request", woke[0], woke[1],
                           "sched_wakeup tracepoint"))
@@ -200,7 +190,15 @@ def _repetition(run, rep, fault_name):
     elif fault_name == "oom" and old is not None:
         kernel_or_log("first successful inference", None, None, None, None, old)
     kernel_or_log("ready (service)", None, None, None, None, new or old)
-    kernel_or_log("standby replenished", None, None, None, None, new or old)
+    back = run.log(("standby_ready",), t0, hi, new or old)
+    if back is not None:
+        # the supervisor thread sleeps in recv() until the worker says it is ready, which
+        # it does right after its first successful inference
+        done = [b["t_ns"] for b in out if b["name"] in ("first successful inference",
+                                                         "first successful launch")]
+        woke = run.wakeup(back["tid"], done[-1], back["t_ns"]) if done else None
+        out.append(_b("standby replenished", *woke, "sched_wakeup tracepoint") if woke else
+                   _b("standby replenished", back["t_ns"], 0, "service log"))
     out.append(_b("ready answer", t_ready, 0, "client"))
     out.sort(key=lambda b: b["t_ns"])
     return out, reload_calls
