@@ -118,3 +118,21 @@ def test_out_of_memory_switches_and_the_worker_comes_back_as_the_standby(standby
     back, = _ev(events, "standby_ready", t0)
     assert back["worker"] == first               # freed, canary: a standby again
     assert not _ev(events, "worker_spawn", t0)
+
+
+def test_standby_is_for_the_reference_service(tmp_path):
+    from click.testing import CliRunner
+
+    from clockalign.cli.inject import command
+    from clockalign.errors import ClockalignError
+    from clockalign.inject.run import Plan, check, made_by
+    with pytest.raises(ClockalignError, match="--standby is the reference service's"):
+        check(Plan(engines=["v2"], faults=["oom"], url="http://127.0.0.1:1", standby=1,
+                   out_dir=str(tmp_path / "o")))
+    r = CliRunner().invoke(command, ["--engine", "onnxruntime", "--fault", "oom",
+                                     "--standby", "-1", "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "--standby" in r.output
+    plan = Plan(engines=["onnxruntime"], faults=["timeout"], out_dir="o", standby=2)
+    assert "--standby 2" in made_by(plan)
+    assert "--standby" not in made_by(Plan(engines=["onnxruntime"], faults=["timeout"],
+                                           out_dir="o"))

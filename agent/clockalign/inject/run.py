@@ -101,6 +101,9 @@ def check(plan: Plan) -> None:
     for f in plan.faults:
         if f not in FAULTS:
             raise ClockalignError(f"unknown fault {f!r}; choose one of {', '.join(FAULTS)}")
+    if plan.standby and "v2" in plan.engines:
+        raise ClockalignError("--standby is the reference service's (--engine torch or "
+                              "onnxruntime); a V2 server at --url keeps its own workers")
     if "v2" in plan.engines:
         if not plan.url:
             raise ClockalignError("--engine v2 drives a running V2 server: give its --url")
@@ -120,9 +123,6 @@ def check(plan: Plan) -> None:
     elif plan.url:
         raise ClockalignError("--url is for --engine v2; the torch and onnxruntime engines run "
                               "the reference service here")
-    if plan.standby and "v2" in plan.engines:
-        raise ClockalignError("--standby is the reference service's (--engine torch or "
-                              "onnxruntime); a V2 server at --url keeps its own workers")
     gpu_faults = [f for f in plan.faults if FAULTS[f].gpu_only]
     need_gpu = f"--fault {gpu_faults[0]}" if gpu_faults else (
         "--device cuda" if plan.device == "cuda" else None)
