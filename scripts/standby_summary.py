@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The summary of scripts/gpu_standby.sh: per engine x fault the cold restart beside the
-standby switch, from OUTDIR/lifecycle.json (rows "ENGINE" and "ENGINE + N standby"), with
-how it was made (made.txt, commands.txt, host.txt, skipped.txt) and the segment tables of
-`clockalign inject` (lifecycle.md) after it.
+standby switch, from each OUTDIR's lifecycle.json (rows "ENGINE" and "ENGINE + N standby"),
+with how it was made (made.txt, commands.txt, host.txt, skipped.txt) and the segment tables
+of `clockalign inject` (lifecycle.md) after it.
 
-    python3 scripts/standby_summary.py OUTDIR      # writes OUTDIR/fault-recovery-standby.md
+    python3 scripts/standby_summary.py OUTDIR [OUTDIR...]   # -> OUTDIR/fault-recovery-standby.md
 """
 import json
 import os
@@ -28,7 +28,8 @@ def _pp(d):
 
 
 def pairs(rows) -> list:
-    """[(engine, fault, cold row or None, standby row or None)] in the rows' order."""
+    """[(engine, fault, cold row or None, standby row or None)] in the rows' order; where
+    two rows are of the same kind, the first."""
     out, seen = [], {}
     for r in rows:
         n = r.get("standby") or 0
@@ -37,7 +38,9 @@ def pairs(rows) -> list:
         if key not in seen:
             seen[key] = len(out)
             out.append([engine, r["fault"], None, None])
-        out[seen[key]][3 if n else 2] = r
+        k = 3 if n else 2
+        if out[seen[key]][k] is None:        # the first OUTDIR's row where two have one
+            out[seen[key]][k] = r
     return [tuple(p) for p in out]
 
 
@@ -60,37 +63,46 @@ def table(rows) -> list:
     return lines
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: standby_summary.py OUTDIR", file=sys.stderr)
-        return 2
-    out = argv[0]
+def _rows(out) -> list:
     try:
         with open(os.path.join(out, "lifecycle.json")) as f:
-            rows = json.load(f)["rows"]
-    except (OSError, ValueError, KeyError) as e:
-        print(f"standby_summary: no rows in {out}/lifecycle.json ({e})", file=sys.stderr)
+            return json.load(f)["rows"]
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print("usage: standby_summary.py OUTDIR [OUTDIR...]", file=sys.stderr)
+        return 2
+    rows = [r for out in argv for r in _rows(out)]
+    if not rows:
+        print(f"standby_summary: no rows in {', '.join(argv)} (lifecycle.json)", file=sys.stderr)
         return 1
-    deadline = rows[0]["deadline_ms"] if rows else 2800
-    lines = ["# Fault recovery: a warm standby against the cold restart", "",
-             f"Made by {_read(out, 'made.txt') or 'scripts/gpu_standby.sh'}; the commands:",
-             "", "```", _read(out, "commands.txt"), "```", "", "```", _read(out, "host.txt"),
-             "```", ""]
-    lines += [f"- {s}" for s in _read(out, "skipped.txt").splitlines() if s.strip()]
-    lines += ["", f"Times in ms on CLOCK_MONOTONIC (nearest-rank percentiles): total = the "
+    deadline = rows[0]["deadline_ms"]
+    lines = ["# Fault recovery: a warm standby against the cold restart", ""]
+    for out in argv:
+        lines += [f"Made by {_read(out, 'made.txt') or 'scripts/gpu_standby.sh'}; the commands:",
+                  "", "```", _read(out, "commands.txt"), "```", "", "```",
+                  _read(out, "host.txt"), "```", ""]
+        lines += [f"- {s}" for s in _read(out, "skipped.txt").splitlines() if s.strip()]
+        lines += [""]
+    lines += [f"Times in ms on CLOCK_MONOTONIC (nearest-rank percentiles): total = the "
               f"request to the first ready answer (deadline {deadline} ms), recover = the "
               "error answer to the first ready answer (readiness polled every 50 ms). A "
               "standby row's repetition starts with its standbys ready and ends when the "
               "client sees them ready again (the replenish), which is not in its total.", ""]
     lines += table(rows)
-    detail = _read(out, "lifecycle.md")
-    if detail:
-        lines += ["", "## Segments (`clockalign inject`'s lifecycle.md)", ""]
-        lines += ["#" + ln if ln.startswith("## ") else ln
-                  for ln in detail.splitlines()[1:]]
-    lines += ["", "![segments](lifecycle.png)"]
-    with open(os.path.join(out, "fault-recovery-standby.md"), "w") as f:
+    for out in argv:
+        detail = _read(out, "lifecycle.md")
+        if detail:
+            lines += ["", f"## Segments of {os.path.basename(os.path.abspath(out))}/ "
+                      "(`clockalign inject`'s lifecycle.md)", ""]
+            lines += ["#" + ln if ln.startswith("## ") else ln
+                      for ln in detail.splitlines()[1:]]
+            lines += ["", f"![segments]({os.path.relpath(os.path.join(out, 'lifecycle.png'), argv[0])})"]
+    with open(os.path.join(argv[0], "fault-recovery-standby.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return 0
 
