@@ -48,7 +48,8 @@ def table(rows) -> list:
     lines = ["| engine | fault | cold: n | cold: total p50 / p99 ms | cold: recover p50 / p99 "
              "| standby: n | standby: total p50 / p99 ms | standby: recover p50 / p99 | "
              "standbys replenished p50 / p99 ms after the request | standby within "
-             f"deadline | standby p99 ≤ {AIM_MS} ms |", "|---|---|---:|---|---|---:|---|---|---|---|---|"]
+             f"deadline | standby p99 ≤ {AIM_MS} ms | load requests failed: cold / standby |",
+             "|---|---|---:|---|---|---:|---|---|---|---|---|---|"]
     for engine, fault, cold, warm in pairs(rows):
         def cell(r, k):
             return _pp(r[k]) if r else "—"
@@ -59,16 +60,36 @@ def table(rows) -> list:
                      f"{cell(cold, 'total_ms')} | {cell(cold, 'recover_ms')} | "
                      f"{warm['n'] if warm else '—'} | {cell(warm, 'total_ms')} | "
                      f"{cell(warm, 'recover_ms')} | {cell(warm, 'replenish_ms')} | {ok} | "
-                     f"{aim} |")
+                     f"{aim} | {_failed(cold)} / {_failed(warm)} |")
     return lines
 
 
 def _rows(out) -> list:
+    """The rows of OUTDIR/lifecycle.json, each with "load": its background load's summary
+    (OUTDIR/ENGINE-FAULT[-standbyN]/load.json; None where there was none)."""
     try:
         with open(os.path.join(out, "lifecycle.json")) as f:
-            return json.load(f)["rows"]
+            rows = json.load(f)["rows"]
     except (OSError, ValueError, KeyError):
         return []
+    for r in rows:
+        n = r.get("standby") or 0
+        engine = r["engine"][:-len(f" + {n} standby")] if n else r["engine"]
+        stem = f"{engine}-{r['fault']}" + (f"-standby{n}" if n else "")
+        try:
+            with open(os.path.join(out, stem, "load.json")) as f:
+                r["load"] = json.load(f)
+        except (OSError, ValueError):
+            r["load"] = None
+    return rows
+
+
+def _failed(r) -> str:
+    """'failed of requests' of the row's background load."""
+    ld = r and r.get("load")
+    if not ld:
+        return "—"
+    return f"{sum(ld['failures'].values())} of {ld['requests']}"
 
 
 def main(argv=None):
@@ -92,7 +113,9 @@ def main(argv=None):
               f"request to the first ready answer (deadline {deadline} ms), recover = the "
               "error answer to the first ready answer (readiness polled every 50 ms). A "
               "standby row's repetition starts with its standbys ready and ends when the "
-              "client sees them ready again (the replenish), which is not in its total.", ""]
+              "client sees them ready again (the replenish), which is not in its total. The "
+              "background load's failed requests are mostly 503s while no worker was ready "
+              "(each row's load.json).", ""]
     lines += table(rows)
     for out in argv:
         detail = _read(out, "lifecycle.md")
