@@ -2,31 +2,22 @@
 probes would record it on a GPU host: the switch, the standby's first request, the ready
 answer, then the replacement's restart up to the standbys replenished; the cold restart of
 the same fault has none of the standby's boundaries."""
-import numpy as np
-
 from clockalign.inject import output
 from clockalign.inject.segments import split
 from clockalign.store import cuda_api
-from clockalign.store.schema import EVENT_DTYPE, Chunk, Kind
-from clockalign.store.writer import RunWriter
+from clockalign.store.schema import Kind
 from clockalign.timeline import Timeline
 
-from .test_inject_segments import _gpu_run
+from .test_inject_segments import MS, OLD, T0, _gpu_run, sticky_fault_rows, write_run
 
-MS = 1_000_000
-T0 = 50_000 * MS
-SERVICE, SUP0, OLD, STANDBY, NEW, CLIENT = 100, 102, 200, 250, 300, 50
+SERVICE, SUP0, STANDBY, NEW = 100, 102, 250, 300
 
 
 def _standby_run(tmp_path):
-    fid = {n: cuda_api.BY_SYMBOL[n].id for n in
-           ("cuLaunchKernel", "cuStreamSynchronize", "cuDevicePrimaryCtxRetain")}
+    fid = {n: cuda_api.BY_SYMBOL[n].id for n in ("cuLaunchKernel", "cuDevicePrimaryCtxRetain")}
     cuda = dict(kind=Kind.CUDA)
     rows = [
-        dict(ts=T0 + 2 * MS, dur=10_000, pid=OLD, tid=OLD, code=fid["cuLaunchKernel"], **cuda),
-        dict(ts=T0 + 3 * MS, dur=2 * MS, pid=OLD, tid=OLD, code=fid["cuStreamSynchronize"],
-             ret=700, **cuda),
-        dict(ts=T0 + 4 * MS, pid=OLD, tid=OLD, kind=Kind.XID, ret=31),
+        *sticky_fault_rows(),
         # the standby's main thread, asleep in recv() since it was ready: woken by a request
         # 8.5 ms after the fault's request (it runs 0.5 ms later)
         dict(ts=T0 - 40 * MS, dur=49 * MS, pid=STANDBY, tid=STANDBY, kind=Kind.SCHED,
@@ -43,13 +34,7 @@ def _standby_run(tmp_path):
         dict(ts=T0 + 33 * MS, dur=1183 * MS + 300_000, pid=SERVICE, tid=SUP0,
              kind=Kind.SCHED, a0=100_000),
     ]
-    ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
-    for i, r in enumerate(rows):
-        for k, v in r.items():
-            ev[i][k] = v
-    run = str(tmp_path / "standby.ca")
-    with RunWriter(run, {"targets": [{"pid": CLIENT}]}) as w:
-        w.write_columns(Chunk.EVENTS, {n: ev[n] for n in EVENT_DTYPE.names})
+    run = write_run(str(tmp_path / "standby.ca"), rows)
 
     def e(t, ev, pid=SERVICE, tid=None, **kw):
         return {"t_ns": T0 + t, "ev": ev, "pid": pid, "tid": tid or pid, **kw}
