@@ -54,6 +54,11 @@ limit() {   # limit ENGINE FAULT: seconds for one row of N repetitions
     *) echo $(( 20 + 2 * N )) ;;
     esac
 }
+if [[ " $ENGINES " == *" torch "* ]] && torch_gpu; then
+    log "the standby on the GPU (tests/gpu/test_inject_standby_torch.py)"
+    timeout 150 "$PY" -m pytest -q -ra -p no:cacheprovider tests/gpu/test_inject_standby_torch.py \
+        > "$out/pytest-standby-torch.txt" 2>&1; tail -3 "$out/pytest-standby-torch.txt"
+fi
 for engine in $ENGINES; do
     case $engine in
     torch) torch_gpu || { skipped+=("torch: not installed or sees no CUDA GPU for $PY, so its rows were not run"); continue; } ;;

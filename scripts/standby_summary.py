@@ -108,6 +108,10 @@ def main(argv=None):
                   "", "```", _read(out, "commands.txt"), "```", "", "```",
                   _read(out, "host.txt"), "```", ""]
         lines += [f"- {s}" for s in _read(out, "skipped.txt").splitlines() if s.strip()]
+        test = _read(out, "pytest-standby-torch.txt").splitlines()
+        if test:
+            lines += [f"- tests/gpu/test_inject_standby_torch.py (the standby serves through "
+                      f"an illegal address): {test[-1].strip()}"]
         lines += [""]
     lines += [f"Times in ms on CLOCK_MONOTONIC (nearest-rank percentiles): total = the "
               f"request to the first ready answer (deadline {deadline} ms), recover = the "

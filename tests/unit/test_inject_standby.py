@@ -1,6 +1,7 @@
 """The reference service with a warm standby worker, for real on loopback (no root): a fault
 switches to the standby at once (readiness stays 200), a new worker replenishes it, and
 with no standby ready the service is not ready until a worker is."""
+import contextlib
 import os
 import signal
 import subprocess
@@ -14,28 +15,37 @@ from clockalign.inject.driver import Driver
 from clockalign.inject.eventlog import read_events
 from clockalign.inject.run import free_port
 
-pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+
+@contextlib.contextmanager
+def running_service(tmp_path, engine="onnxruntime", deadline_ms=300, device="auto",
+                    start_s=90):
+    """The reference service with one standby, started and its standby ready ->
+    (Driver, event log path); stopped at the end."""
+    port = free_port(0)
+    events = str(tmp_path / "events.jsonl")
+    proc = subprocess.Popen([sys.executable, "-m", "clockalign.inject.service", "--engine",
+                             engine, "--device", device, "--port", str(port), "--deadline-ms",
+                             str(deadline_ms), "--standby", "1", "--events", events])
+    try:
+        d = Driver(f"http://127.0.0.1:{port}", "pointset")
+        t_end = time.monotonic() + start_s
+        while not d.ready_once():
+            assert proc.poll() is None and time.monotonic() < t_end, "service did not start"
+            time.sleep(0.05)
+        assert d.wait_standby(1, start_s) is not None, "the standby never got ready"
+        yield d, events
+    finally:
+        proc.terminate()
+        proc.wait(20)
 
 
 @pytest.fixture
 def standby_service(tmp_path, request):
     """The service with one standby; the watchdog's deadline 300 ms (or the test's param:
     an oversized batch takes longer than that to fail)."""
-    deadline_ms = getattr(request, "param", 300)
-    port = free_port(0)
-    events = str(tmp_path / "events.jsonl")
-    proc = subprocess.Popen([sys.executable, "-m", "clockalign.inject.service", "--engine",
-                             "onnxruntime", "--port", str(port), "--deadline-ms", str(deadline_ms),
-                             "--standby", "1", "--events", events])
-    d = Driver(f"http://127.0.0.1:{port}", "pointset")
-    t_end = time.monotonic() + 90
-    while not d.ready_once():
-        assert proc.poll() is None and time.monotonic() < t_end, "service did not start"
-        time.sleep(0.05)
-    assert d.wait_standby(1, 90) is not None, "the standby never got ready"
-    yield d, events
-    proc.terminate()
-    proc.wait(20)
+    pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+    with running_service(tmp_path, deadline_ms=getattr(request, "param", 300)) as s:
+        yield s
 
 
 def _ev(events, name, after=0):
