@@ -93,6 +93,9 @@ def free_port(port: int) -> int:
 def check(plan: Plan) -> None:
     """Refuse, in one sentence, what cannot run here: before anything is recorded."""
     from .load import is_loopback
+    if plan.standby and "v2" in plan.engines:
+        raise ClockalignError("--standby is the reference service's (--engine torch or "
+                              "onnxruntime); a V2 server at --url keeps its own workers")
     if plan.n < 1:
         raise ClockalignError(f"-n must be at least 1 (got {plan.n})")
     for e in plan.engines:
@@ -101,9 +104,6 @@ def check(plan: Plan) -> None:
     for f in plan.faults:
         if f not in FAULTS:
             raise ClockalignError(f"unknown fault {f!r}; choose one of {', '.join(FAULTS)}")
-    if plan.standby and "v2" in plan.engines:
-        raise ClockalignError("--standby is the reference service's (--engine torch or "
-                              "onnxruntime); a V2 server at --url keeps its own workers")
     if "v2" in plan.engines:
         if not plan.url:
             raise ClockalignError("--engine v2 drives a running V2 server: give its --url")
