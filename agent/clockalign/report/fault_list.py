@@ -57,6 +57,13 @@ def deadline_verdict(f, deadline_ns):
     return "met" if f.healthy_ns <= deadline_ns else "MISSED"
 
 
+def benign_line(notes) -> str:
+    """The benign patterns (timeline/benign.py) as one line: how many, by rule."""
+    n = sum(d["count"] for d in notes)
+    return (f"{n} known benign failure{'s' if n != 1 else ''} left out (notes, not faults): "
+            + ", ".join(f"{d['count']} {d['rule']}" for d in notes))
+
+
 def render(tl, faults, deadline_ns=None) -> list:
     """Text lines: one block per fault (sticky repeats appear under their first error)."""
     start = tl.start_ns
@@ -65,6 +72,8 @@ def render(tl, faults, deadline_ns=None) -> list:
     lines = [f"{tl.path}: {len(faults)} fault{'s' if len(faults) != 1 else ''}"
              + (f" ({sticky} sticky repeats listed under their first error)" if sticky else "")
              + f"; times in MONOTONIC ns, t+ from the run's start {start}"]
+    if tl.benign:
+        lines.append(benign_line(tl.benign))
     if not faults:
         return lines
     lines.append(f"{'#':>3}  {'t+ s':>12}  {'MONOTONIC ns':>19}  {'± unc':>11}  {'kind':<17} "
@@ -107,4 +116,5 @@ def document(tl, faults, deadline_ns=None) -> dict:
         d["deadline"] = deadline_verdict(f, deadline_ns) if deadline_ns else None
         rows.append(d)
     return {"file": tl.path, "truncated": tl.truncated, "start_ns": tl.start_ns,
-            "end_ns": tl.end_ns, "deadline_ns": deadline_ns, "notes": tl.notes, "faults": rows}
+            "end_ns": tl.end_ns, "deadline_ns": deadline_ns, "notes": tl.notes, "benign": tl.benign,
+            "faults": rows}
