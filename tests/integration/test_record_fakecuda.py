@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from clockalign.workloads.check import cuda_counts
-from clockalign.workloads.standin import EXPECTED_CALLS, SWEEP_CALLS, expected_call
+from clockalign.workloads.standin import EXPECTED_CALLS, SWEEP_CALLS, expected_call, sweep_faults
 from clockalign.store import cuda_api
 from clockalign.store.event_text import cstring, event_dicts
 from clockalign.store.reader import RunReader
@@ -313,13 +313,7 @@ def test_faults_of_a_recording(fakecuda, listener, tmp_path):
     # missing kernel names
     # The kernel lookups that return NOT_FOUND before normal work are notes, not faults
     # (timeline/benign.py).
-    want = {("cuMemAlloc_v2", 2): 2}
-    for sym, n in SWEEP_CALLS.items():
-        f = cuda_api.BY_SYMBOL[sym]
-        for i in range(n):
-            ret = expected_call(f, i)["ret"]
-            if ret and not (f.role == "function" and ret == 500):
-                want[(sym, ret)] = want.get((sym, ret), 0) + 1
+    want = {("cuMemAlloc_v2", 2): 2, **sweep_faults()}
     assert {cuda_api.FUNCTIONS[i].symbol for i in cuda_api.ALLOC_IDS} <= {s for s, r in want}
     errors = [f for f in faults if f["kind"] == "cuda_error"]
     got = {}

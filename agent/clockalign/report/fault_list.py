@@ -7,14 +7,15 @@ judged against a recovery deadline.
 from .render import fmt_ns
 
 
-def _who(pid, tid, thread) -> str:
+def who(pid, tid, thread) -> str:
     if pid is None:
         return "-"
     s = f"{pid}/{tid}" if tid is not None else str(pid)
     return s + (f" ({thread})" if thread else "")
 
 
-def _headline(f) -> str:
+def headline(f) -> str:
+    """What a fault is, in one phrase: 'cuMemAlloc_v2 -> CUDA_ERROR_OUT_OF_MEMORY (2)'."""
     if f.kind in ("cuda_error", "cuda_sticky_error"):
         return f"{f.function} -> {f.name} ({f.code})"
     if f.kind == "connect_error":
@@ -81,8 +82,8 @@ def render(tl, faults, deadline_ns=None) -> list:
     for f in shown:
         seen = ", ".join(s["source"] for s in f.sightings)
         lines.append(f"{f.id:>3}  {(f.t_ns - start) / 1e9:>12.6f}  {f.t_ns:>19}  "
-                     f"{'±' + fmt_ns(f.unc_ns):>11}  {f.kind:<17} {_headline(f):<44} "
-                     f"{_who(f.pid, f.tid, f.thread):<24} {seen}")
+                     f"{'±' + fmt_ns(f.unc_ns):>11}  {f.kind:<17} {headline(f):<44} "
+                     f"{who(f.pid, f.tid, f.thread):<24} {seen}")
         if f.message and f.kind != "cuda_error":
             lines.append(f"{'':7}{f.message}")
         elif f.dur_ns >= 1_000_000:
