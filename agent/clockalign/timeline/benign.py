@@ -97,10 +97,16 @@ def classify_cuda(c, deaths: dict, after_any, after_tid):
     end = t + np.maximum(c["dur_ns"].astype(np.int64), 0)
     pid, tid = c["pid"].astype(np.int64), c["tid"].astype(np.int64)
     # per thread, the start times of its failures no "then_ok" rule could excuse
-    other = ~thread_rule_calls(c)
     fails = {}
-    for k in np.unique(pid[other] << 32 | tid[other]).tolist():
-        fails[k] = np.sort(t[other & ((pid << 32 | tid) == k)])
+    excusable = thread_rule_calls(c)
+    if excusable.any():
+        other = np.flatnonzero(~excusable)
+        key = (pid << 32 | tid)[other]
+        o = np.lexsort((t[other], key))
+        key, ts = key[o], t[other][o]
+        cuts = np.flatnonzero(np.diff(key)) + 1
+        fails = {int(k[0]): v for k, v in zip(np.split(key, cuts), np.split(ts, cuts))
+                 if len(k)}
     for r in (r for r in RULES if r.source == "cuda"):
         for i in np.flatnonzero(_matches(r, c) & keep).tolist():
             p, e = int(pid[i]), int(end[i])
