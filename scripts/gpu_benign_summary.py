@@ -51,7 +51,8 @@ def one(path) -> list:
     else:
         lines.append("workload: no JSON (it did not finish)")
     r = RunReader(path)
-    lines.append(f"events: {dict((k, v) for k, v in (r.trailer or {}).get('counts', {}).items() if v)}"
+    counts = {k: v for k, v in (r.trailer or {}).get("counts", {}).items() if v}
+    lines.append(f"events: {counts}"
                  f"; drops: {(r.trailer or {}).get('drops')}")
     lines += ["", "| failing call or connect | code | calls |", "|---|---|---:|"]
     fl = failures(path)

@@ -94,7 +94,8 @@ def test_lookup_not_found_then_normal_work_is_a_note(tmp_path):
 def test_benign_failures_stay_out_of_a_real_faults_chain(tmp_path):
     """An OOM's chain of allocation errors does not take in the lookups or the shutdown."""
     f = run(tmp_path, [cuda(1, "cuMemAlloc_v2", 2), cuda(2, "cuModuleGetFunction", 500),
-                       cuda(2.5, "cuLaunchKernel", 0), cuda(3, "cuMemAlloc_v2", 2), cuda(4, "cuMemAlloc_v2", 0),
+                       cuda(2.5, "cuLaunchKernel", 0), cuda(3, "cuMemAlloc_v2", 2),
+                       cuda(4, "cuMemAlloc_v2", 0),
                        cuda(9, "cuModuleUnload", 4),
                        ev(Kind.PROC_EXIT, T0 + 10 * MS, 100, 100, ret=0)])
     assert len(f) == 1 and f[0].name == "CUDA_ERROR_OUT_OF_MEMORY"

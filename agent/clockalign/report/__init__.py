@@ -22,8 +22,9 @@ from .collect import collect
 from .sections import Context, alignment, anomalies, connect, counters, cuda, faults, \
     findings, gpu_activity, jitter, run
 
-SECTIONS = ["Run", "Findings", "Alignment", "CUDA calls", "CUDA work", "GPU activity", "Context-switch jitter",
-            "connect()", "GPU counters", "Faults", "Anomalies before faults"]
+SECTIONS = ["Run", "Findings", "Alignment", "CUDA calls", "CUDA work", "GPU activity",
+            "Context-switch jitter", "connect()", "GPU counters", "Faults",
+            "Anomalies before faults"]
 # the builders of the sections after the head (run.build), in the report's order
 BUILDERS = [alignment.build, cuda.calls, cuda.work, gpu_activity.build, jitter.build,
             connect.build, counters.build, faults.build, anomalies.build]
