@@ -110,8 +110,10 @@ def _faults(tl, chosen) -> bool:
             if got.get(k, 0) != want.get(k, 0):
                 click.echo(f"  DIFF {k[0]} -> {cuda_result_name(k[1])}: expected "
                            f"{want.get(k, 0)}, recorded {got.get(k, 0)}")
-    click.echo(f"demo: {len(faults)} fault{'s' if len(faults) != 1 else ''}"
-               + (" that matter" if chosen is not None else "") + ":")
+    n = sum(f.kind != "cuda_sticky_error" for f in faults)
+    click.echo(f"demo: {n} fault{'s' if n != 1 else ''}"
+               + (" that matter" if chosen is not None else "")
+               + (f" (and {len(faults) - n} sticky repeats)" if len(faults) > n else "") + ":")
     for line in brief.fault_lines(faults, tl.start_ns, limit=8):
         click.echo(line)
     if tl.benign:
