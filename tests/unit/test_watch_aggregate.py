@@ -157,6 +157,25 @@ def test_connect_peers_results_and_tcp():
     assert m[("clockalign_tcp_retransmits_total", (("pid", "100"),))] == 5
 
 
+def test_a_known_probe_failing_is_no_connect_error():
+    """glibc's nscd probe (timeline/benign.py) counts as known_probe, which the connect
+    error alert leaves out; a unix socket no rule knows keeps its errno."""
+    agg = Aggregator()
+    agg.open({})
+    unix = lambda path: {"kind": Kind.CONNECT, "pid": 100, "ret": -2, "dur": 9000,  # noqa: E731
+                         "a1": 110, "data": (struct.pack("<H", socket.AF_UNIX)
+                                             + path.encode()).ljust(56, b"\0")}
+    agg.write_columns(Chunk.EVENTS, events(unix("/var/run/nscd/socket"),
+                                           unix("/var/run/nscd/socket"),
+                                           unix("/run/infer.sock")))
+    m, _ = scrape(agg)
+    c = lambda peer, res: m.get(("clockalign_connect_total",   # noqa: E731
+                                 (("peer", peer), ("pid", "100"), ("result", res))))
+    assert c("unix:/var/run/nscd/socket", "known_probe") == 2
+    assert c("unix:/var/run/nscd/socket", "ENOENT") is None
+    assert c("unix:/run/infer.sock", "ENOENT") == 1
+
+
 def test_fragmentation_judged_from_free_memory_around_the_call():
     agg = Aggregator()
     agg.open(ONE_GPU)

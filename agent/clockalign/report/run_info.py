@@ -63,7 +63,7 @@ def info_lines(r, file) -> list:
     if other:
         out.append("records   " + ", ".join(f"{k} {v}" for k, v in other.items()))
     if r.trailer:
-        drops = {k: v for k, v in _map(r.trailer.get("drops")).items() if isinstance(v, int)}
+        drops = drop_counts(r)
         peak = r.trailer.get("ring_peak_fill")
         reader = r.trailer.get("buffer_reader")
         kind = {"slots": " (slot rings)", "perf": " (perf buffers)"}.get(
@@ -115,6 +115,12 @@ def _probe_how(r) -> dict:
         if parts:
             how[dom] = " (" + ", ".join(parts) + ")"
     return how
+
+
+def drop_counts(r) -> dict:
+    """{what: events lost} from the run's trailer (empty: none lost, or no trailer)."""
+    return {k: v for k, v in _map((r.trailer or {}).get("drops")).items()
+            if isinstance(v, int) and v}
 
 
 def _map(v) -> dict:

@@ -22,6 +22,7 @@ from ..store.counter_fields import CLOCK_REASONS, FIELD_BY_NAME
 from ..store.event_text import cstring, decode_sockaddr
 from ..store.devices import bus_key
 from ..store.schema import Chunk, Kind, TcpCode
+from ..timeline import benign
 from ..timeline.codes import cuda_result_name, errno_name
 from .histogram import (CONNECT_BOUNDS_NS, CUDA_CALL_BOUNDS_NS, MODULE_LOAD_BOUNDS_NS,
                         WAKEUP_BOUNDS_NS, Histogram)
@@ -45,6 +46,8 @@ CLOCK_EVENT_REASONS = FIELD_BY_NAME["clock_event_reasons"]
 OOM = 2                     # CUDA_ERROR_OUT_OF_MEMORY
 # a non-blocking connect() returns EINPROGRESS and finishes later: not an error
 CONNECT_NOT_ERRORS = ("EINPROGRESS", "EALREADY", "EISCONN")
+# a connect() failing as a known probe expects (timeline/benign.py: nscd, MPS): not an error
+KNOWN_PROBE = "known_probe"
 _BYTES_SLOT = {f.id: f.slot("bytes") for f in cuda_api.FUNCTIONS.values() if f.allocates}
 _DEVICE_SLOT = {f.id: f.slot("device") for f in cuda_api.FUNCTIONS.values()
                 if f.allocates and f.slot("device") is not None}
@@ -309,8 +312,9 @@ class Aggregator:
         self.wakeup.observe(e["a0"][woke].astype(np.int64))
 
     def _connect(self, pid, ret, dur, peer):
+        result = ("ok" if ret == 0 else KNOWN_PROBE if benign.match_connect(peer, -ret)
+                  else self._result(errno_name(ret)))
         peer = self._peer(peer)
-        result = "ok" if ret == 0 else self._result(errno_name(ret))
         self.connects[(self._pid(str(pid)), peer, result)] += 1
         h = self.connect_duration.get(peer)
         if h is None:

@@ -66,7 +66,8 @@ HELP = {
               "synchronize waiting).",
     "wakeup": "From a target thread's wakeup to it running on a CPU (run-queue latency).",
     "connects": "connect() calls by peer and result (ok, or the errno name; EINPROGRESS is a "
-                "non-blocking connect under way, not an error).",
+                "non-blocking connect under way, not an error; known_probe a library's probe "
+                "for an optional service failing as expected, e.g. glibc asking nscd).",
     "connect_duration": "Time inside connect() (a non-blocking connect returns at once).",
     "tcp_resets": "TCP resets on the targets' sockets, sent or received.",
     "tcp_retransmits": "TCP segments the targets' sockets retransmitted.",
