@@ -18,6 +18,9 @@ Part "attach" (one warm process, every configuration in every round, order rotat
   empty_entry_at / empty_pair_at   the same at clockalign's probe points (past a leading
                          endbr64 where the kernel emulates the next instruction, prologue.py)
   profiler               torch.profiler (CPU + CUDA activities) in the loop (SIGUSR1/2)
+Part "duty": each of record_cuda, record, record_blocking, watch, watch_blocking attached
+once with --cuda-duty 0.5 (CUDA probes armed half of every --duty-period): armed halves
+against the detached halves beside them, in one process and one recording.
 Part "activity" (--gpu-activity needs spawn mode): one loop started under
 `clockalign record --gpu-activity`, whose CUPTI library switches what it collects between
 windows through its control file (CLOCKALIGN_CUPTI_CTL): off, everything (the default),
@@ -101,6 +104,18 @@ def read_log(path):
     return out
 
 
+def interp_rate(samples, t0, t1):
+    """Tokens/s over [t0, t1] from the loop's cumulative token count, interpolated linearly
+    between its per-request lines (a window may be shorter than a request)."""
+    import numpy as np
+    if len(samples) < 2 or t0 < samples[0][0] or t1 > samples[-1][0] or t1 <= t0:
+        return None
+    t = np.array([x[0] for x in samples], dtype=np.float64)
+    k = np.array([x[1] for x in samples], dtype=np.float64)
+    a, b = np.interp([t0, t1], t, k)
+    return (b - a) / ((t1 - t0) / 1e9)
+
+
 def window_rate(samples, t0, t1):
     inside = [s for s in samples if t0 <= s[0] <= t1]
     if len(inside) < 2:
@@ -161,6 +176,9 @@ class Attached:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 self.port = s.getsockname()[1]
+            if name.startswith("duty"):         # its run file holds the armed windows
+                self.out = Path(tmp) / f"{name}-{now_ns()}.ca"
+                extra = [*extra, "-o", str(self.out)]
             self.proc = subprocess.Popen(clockalign("watch", "--pid", str(pid), "--listen",
                                                     f"127.0.0.1:{self.port}", "--quiet",
                                                     *extra),
@@ -362,6 +380,77 @@ def wait_profiler_off(log, timeout=120):
         time.sleep(0.2)
 
 
+DUTY = {"duty_record_cuda": ("record", ATTACH["record_cuda"][1]),
+        "duty_record": ("record", []), "duty_record_blocking": ("record", ATTACH["record_blocking"][1]),
+        "duty_watch": ("watch", []), "duty_watch_blocking": ("watch", ATTACH["watch_blocking"][1])}
+
+
+def duty_windows(path):
+    """[(start_ns, end_ns)] of the armed windows a run file's trailer lists."""
+    from clockalign.store.reader import RunReader
+    return [tuple(w) for w in ((RunReader(path).trailer or {}).get("cuda_duty") or {})
+            .get("windows", [])]
+
+
+def part_duty(args, tmp, deadline):
+    """One configuration at a time attached for --duty-seconds with --cuda-duty 0.5: its CUDA
+    probes armed for half of every --duty-period and detached for the other half, in one
+    process and one recording.  Each armed half's rate over the mean of the detached halves
+    beside it is one ratio: dozens of pairs a minute, each pair seconds apart, so the host's
+    slow swings cancel (the windows of attach part are tens of seconds apart)."""
+    configs = [c for c in args.duty_configs.split(",") if c]
+    if args.standin:
+        from clockalign.workloads.standin import build
+        libdir, _ = build(str(tmp / "standin-duty"))
+        lib = os.path.join(libdir, "libcuda.so.1")
+    log = tmp / "decode-duty.log"
+    loop = Loop(args.loop_seconds, log, standin=lib if args.standin else None)
+    print(f"duty loop ready: {loop.info}", flush=True)
+    extra = ["--cuda-duty", "0.5", "--cuda-duty-period", str(args.duty_period)]
+    runs = []
+    for cfg in configs:
+        if time.monotonic() > deadline:
+            print(f"duty: time is up before {cfg}", flush=True)
+            break
+        kind, more = DUTY[cfg]
+        ATTACH[cfg] = (kind, [*more, *extra])
+        att = Attached(cfg, loop.p.pid, tmp, None, None)
+        time.sleep(min(args.duty_seconds, max(1.0, deadline - time.monotonic())))
+        res = att.stop()
+        res.update(config=cfg, windows=duty_windows(att.out) if att.out else [])
+        runs.append(res)
+        print(f"  {cfg:22s} {len(res['windows'])} armed windows; {res.get('summary', '')[:90]}",
+              flush=True)
+        time.sleep(1.0)
+    loop.stop()
+    import shutil
+    shutil.copy(log, Path(args.out) / "decode-duty.log")
+    samples = read_log(log)
+    margin = int(0.1 * args.duty_period * 1e9)      # a request that spans the switch
+    for r in runs:
+        on = [interp_rate(samples, a + margin, b) for a, b in r["windows"]]
+        off = [interp_rate(samples, b + margin, c)
+               for (_, b), (c, _) in zip(r["windows"], r["windows"][1:])]
+        ratios = []
+        for i, x in enumerate(on):
+            near = [v for v in off[max(0, i - 1):i + 1] if v]
+            if x and near:
+                ratios.append(x / (sum(near) / len(near)))
+        r["ratios"] = ratios
+        r["summary_ratio"] = summarize(ratios)
+        r["ci95"] = bootstrap_median_ci(ratios)
+    return {"period_s": args.duty_period, "seconds": args.duty_seconds, "runs": runs}
+
+
+def bootstrap_median_ci(xs, n=2000):
+    import random
+    if len(xs) < 5:
+        return None
+    rnd = random.Random(1)
+    meds = sorted(statistics.median(rnd.choices(xs, k=len(xs))) for _ in range(n))
+    return [meds[int(0.025 * n)], meds[int(0.975 * n)]]
+
+
 def part_activity(args, tmp, deadline):
     ctl = tmp / "cupti.ctl"
     ctl.write_text(str(ACTIVITY["activity_all"]))
@@ -475,6 +564,17 @@ def render(res) -> str:
                 if fi else "? | ? | ? | ? |"))
         drops = [x.get("drops") for x in w if x.get("drops")]
         L += ["", f"Drops reported by recordings: {drops or 'none'}"]
+    du = res.get("duty")
+    if du and du.get("runs"):
+        L += ["", f"## Duty-cycled ({du['period_s']} s period, half armed, "
+              f"{du['seconds']} s each)", "",
+              "| configuration | armed halves | armed ÷ detached halves beside, median "
+              "(min-max) | 95 % interval of the median |", "|---|---|---|---|"]
+        for r in du["runs"]:
+            sr, ci = r.get("summary_ratio"), r.get("ci95")
+            L.append(f"| {r['config']} | {len(r['windows'])} | "
+                     + (f"{sr['median']:.3f} ({sr['min']:.3f}-{sr['max']:.3f})" if sr else "-")
+                     + " | " + (f"{ci[0]:.3f}-{ci[1]:.3f}" if ci else "-") + " |")
     ac = res.get("activity")
     if ac and ac.get("windows"):
         w = ac["windows"]
@@ -499,6 +599,9 @@ def main(argv=None):
     ap.add_argument("--plain-every", type=int, default=2,
                     help="a plain window before every N configurations")
     ap.add_argument("--profiler-pairs", type=int, default=3)
+    ap.add_argument("--duty-configs", default=",".join(DUTY))
+    ap.add_argument("--duty-seconds", type=float, default=40)
+    ap.add_argument("--duty-period", type=float, default=2.0)
     ap.add_argument("--configs", default=",".join(ATTACH))
     ap.add_argument("--activity", default=",".join(ACTIVITY))
     ap.add_argument("--budget", type=float, default=480, help="seconds for all parts")
@@ -523,6 +626,9 @@ def main(argv=None):
     if "attach" in parts:
         share = args.attach_share if "activity" in parts and not args.standin else 1.0
         res["attach"] = part_attach(args, tmp, t_start + args.budget * share)
+        save()
+    if "duty" in parts:
+        res["duty"] = part_duty(args, tmp, t_start + args.budget)
         save()
     if "activity" in parts and not args.standin:
         res["activity"] = part_activity(args, tmp, t_start + args.budget)

@@ -575,3 +575,46 @@ def test_attach_to_a_busy_process_drops_nothing(fakecuda, tmp_path, cuda_returns
     finally:
         busy.kill()
         busy.wait()
+
+
+def test_cuda_duty_records_only_inside_its_armed_windows(fakecuda, tmp_path):
+    """--cuda-duty 0.5: the CUDA links are detached half of every period and armed again,
+    with nothing lost at the switches; every call recorded lies in a window the trailer
+    lists, and the windows cover about half the time."""
+    busy = subprocess.Popen([sys.executable, "-c", BUSY, str(fakecuda / "libcuda.so.1")],
+                            stdout=subprocess.PIPE, text=True, env=env_for(fakecuda))
+    try:
+        assert busy.stdout.readline().strip() == "ready"
+        out = tmp_path / "duty.ca"
+        rec = run_clockalign("record", "--pid", str(busy.pid), "-o", str(out), *BASE,
+                             "--cuda-duty", "0.5", "--cuda-duty-period", "0.5",
+                             "--duration", "4", env=env_for(fakecuda), timeout=180)
+        assert rec.returncode == 0, rec.stderr
+    finally:
+        busy.kill()
+        busy.wait()
+    r = RunReader(out)
+    assert r.trailer["drops"] == {}, r.trailer["drops"]
+    assert r.meta["cuda_duty"] == {"share": 0.5, "period_s": 0.5}
+    duty = r.trailer["cuda_duty"]
+    windows = np.array(duty["windows"], dtype=np.int64)
+    assert len(windows) >= 5
+    gaps = windows[1:, 0] - windows[:-1, 1]
+    assert np.all(gaps > 0.1e9) and np.all(gaps < 0.5e9)        # detached ~0.25 s each
+    ev = r.events()
+    cuda = ev[ev["kind"] == Kind.CUDA]
+    assert len(cuda) > 1000
+    i = np.searchsorted(windows[:, 0], cuda["ts"], side="right") - 1
+    assert np.all(i >= 0)
+    assert np.all(cuda["ts"] + cuda["dur"] <= windows[i, 1])     # entered and returned inside
+    per_window = np.bincount(i, minlength=len(windows))
+    assert np.all(per_window[1:-1] > 0)                           # re-armed every time
+    assert r.trailer["unfinished_cuda"] == 0 or len(ev[ev["kind"] == Kind.CUDA_UNFINISHED])
+
+
+def test_cuda_duty_bad_values_one_sentence(fakecuda, tmp_path):
+    for args in (["--cuda-duty", "0"], ["--cuda-duty", "1.5"], ["--cuda-duty-period", "0.01"]):
+        p = run_clockalign("record", "-o", str(tmp_path / "x.ca"), *BASE, *args, "--", "true",
+                           env=env_for(fakecuda))
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert "--cuda-duty" in p.stderr

@@ -412,3 +412,16 @@ def test_a_batch_of_only_cuda_calls_and_a_mixed_one_count_the_same():
     assert sa["cuda_calls"] == sb["cuda_calls"] == {("5", "cuLaunchKernel", "CUDA_SUCCESS"): 300}
     assert sa["cuda_duration"]["cuLaunchKernel"].count == 300
     assert sb["events"] == {"cuda": 300, "sched": 1}
+
+
+def test_cuda_probe_share_is_stated():
+    """--cuda-duty: /metrics says which share of the time the CUDA counts cover."""
+    agg = Aggregator()
+    agg.open({"gpus": [], "cflags": []})
+    m, text = scrape(agg)
+    assert m[("clockalign_cuda_probe_share", ())] == 1
+    agg = Aggregator()
+    agg.open({"gpus": [], "cflags": [], "cuda_duty": {"share": 0.25, "period_s": 1.0}})
+    m, text = scrape(agg)
+    assert m[("clockalign_cuda_probe_share", ())] == 0.25
+    assert "divide by it" in text

@@ -119,6 +119,7 @@ class Aggregator:
         self.clock_errors = 0
         self.gpus = []
         self.armed = False
+        self.cuda_share = 1.0             # --cuda-duty (capture/duty.py)
         self.closed = False
         self.scrapes = 0                                # set by the collector
         self._xid_from_bpf = False
@@ -144,6 +145,7 @@ class Aggregator:
                          if bus_key(g.get("pci_bus_id")) is not None}
             self._cflags = list(meta.get("cflags") or [])
             self._xid_from_bpf = "-DCA_XID" in self._cflags
+            self.cuda_share = float((meta.get("cuda_duty") or {}).get("share", 1.0))
             self._set_targets(t["pid"] for t in meta.get("targets") or [] if "pid" in t)
             self.armed = True
         if self._on_open:
@@ -441,6 +443,7 @@ class Aggregator:
                 "clock_unc_ns": dict(self.clock_unc_ns),
                 "gpus": list(self.gpus),
                 "armed": self.armed and not self.closed,
+                "cuda_share": self.cuda_share,
                 "targets": len(self.targets), "targets_attached": self.targets_attached,
                 "target_exits": self.target_exits, "pids_forgotten": self.pids_forgotten,
                 "cuda_calls_seen": self.cuda_calls_seen,
