@@ -57,3 +57,14 @@ def test_blocking_masks_match_the_enqueue_functions():
     flags, notes = build_cflags(ProbeOptions(cuda_lib="x", cuda_returns="blocking"), "perf")
     assert not any("ENTRY_ONLY" in f for f in flags) and any("slot rings" in n for n in notes)
     assert entry_only_ids(ProbeOptions(cuda_lib="x")) == set()
+
+
+def test_info_says_what_the_cuda_probes_left_out():
+    from clockalign.report.run_info import cuda_probe_lines
+    assert cuda_probe_lines({}, {}) == []
+    lines = cuda_probe_lines({"cuda_entry_only": ["cuLaunchKernel", "cuEventRecord"]},
+                             {"cuda_duty": {"share": 0.25, "period_s": 1.0, "armed_ns": 5e8,
+                                            "windows": [[0, 2.5e8], [1e9, 1.25e9]]}})
+    assert "2 enqueue functions recorded at entry only" in lines[0]
+    assert "attached 25% of each 1.0 s" in lines[1] and "inside 2 windows" in lines[1]
+    assert "500,000,000 ns" in lines[1]

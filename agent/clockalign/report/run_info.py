@@ -81,6 +81,7 @@ def info_lines(r, file) -> list:
                      "that CPU)")
         out.append(line)
         out.append(f"stopped   {r.trailer.get('reason')}")
+        out += cuda_probe_lines(m, r.trailer)
         helpers = _map(r.trailer.get("helpers"))
         c = _map(helpers.get("counters"))
         if c and "samples" in c:
@@ -97,6 +98,23 @@ def info_lines(r, file) -> list:
             out.append(f"command   {r.trailer['child_exit']}")
     for n in _maps(r.rows(Chunk.NOTICES)):
         out.append(f"notice    [{n.get('level')}] {n.get('text')}")
+    return out
+
+
+def cuda_probe_lines(meta, trailer) -> list:
+    """What the CUDA probes left out by choice: entry-only functions (--cuda-returns
+    blocking) and the armed windows of --cuda-duty."""
+    out = []
+    entry_only = meta.get("cuda_entry_only")
+    if isinstance(entry_only, list) and entry_only:
+        out.append(f"cuda      {len(entry_only)} enqueue functions recorded at entry only "
+                   "(--cuda-returns blocking: no duration, no return code)")
+    duty = _map(trailer.get("cuda_duty"))
+    if duty:
+        windows = duty.get("windows") if isinstance(duty.get("windows"), list) else []
+        out.append(f"cuda      probes attached {duty.get('share', 0):.0%} of each "
+                   f"{duty.get('period_s')} s (--cuda-duty): calls recorded only inside "
+                   f"{len(windows)} windows, {_int(duty.get('armed_ns')) or 0:,} ns in all")
     return out
 
 
