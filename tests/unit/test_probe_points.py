@@ -63,7 +63,7 @@ def test_info_says_what_the_cuda_probes_left_out():
     from clockalign.report.run_info import cuda_probe_lines
     assert cuda_probe_lines({}, {}) == []
     lines = cuda_probe_lines({"cuda_entry_only": ["cuLaunchKernel", "cuEventRecord"]},
-                             {"cuda_duty": {"share": 0.25, "period_s": 1.0, "armed_ns": 5e8,
+                             {"cuda_duty": {"share": 0.25, "period_s": 1.0, "armed_ns": 500_000_000,
                                             "windows": [[0, 2.5e8], [1e9, 1.25e9]]}})
     assert "2 enqueue functions recorded at entry only" in lines[0]
     assert "attached 25% of each 1.0 s" in lines[1] and "inside 2 windows" in lines[1]
