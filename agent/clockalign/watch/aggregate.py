@@ -48,6 +48,7 @@ OOM = 2                     # CUDA_ERROR_OUT_OF_MEMORY
 CONNECT_NOT_ERRORS = ("EINPROGRESS", "EALREADY", "EISCONN")
 # a connect() failing as a known probe expects (timeline/benign.py: nscd, MPS): not an error
 KNOWN_PROBE = "known_probe"
+ENTRY_ONLY = "entry_only"           # --cuda-returns blocking: the return is not probed
 _BYTES_SLOT = {f.id: f.slot("bytes") for f in cuda_api.FUNCTIONS.values() if f.allocates}
 _DEVICE_SLOT = {f.id: f.slot("device") for f in cuda_api.FUNCTIONS.values()
                 if f.allocates and f.slot("device") is not None}
@@ -255,7 +256,8 @@ class Aggregator:
         # whole: no gather of its columns)
         sel = {k: np.flatnonzero(kind == k) if 0 < present.get(k, 0) < len(kind)
                else np.arange(present.get(k, 0))
-               for k in (Kind.CUDA, Kind.SCHED, Kind.CONNECT, Kind.TCP, Kind.XID)}
+               for k in (Kind.CUDA, Kind.CUDA_ENTRY, Kind.SCHED, Kind.CONNECT, Kind.TCP,
+                         Kind.XID)}
 
         def rows(k, fields):
             whole = present.get(k) == len(kind)
@@ -263,6 +265,8 @@ class Aggregator:
         if present.get(Kind.CUDA):
             self._cuda(rows(Kind.CUDA, ("ts", "dur", "pid", "code", "ret", "a0", "a1", "a2",
                                         "a3", "a4")))
+        if present.get(Kind.CUDA_ENTRY):
+            self._cuda_entry(rows(Kind.CUDA_ENTRY, ("ts", "pid", "code")))
         if present.get(Kind.SCHED):
             self._sched(rows(Kind.SCHED, ("dur", "pid", "code", "a0", "a3")))
         for i in sel[Kind.CONNECT]:
@@ -303,6 +307,15 @@ class Aggregator:
             self.alloc_failures[(pid, cuda_api.function_name(fid))] += 1
             if int(e["ret"][i]) == OOM:
                 self._alloc_refused(pid, fid, e, i)
+
+    def _cuda_entry(self, e):
+        """Calls recorded at entry only (--cuda-returns blocking): counted, with the result
+        label entry_only; no duration."""
+        self._latest_ns = max(self._latest_ns, int(e["ts"].max()))
+        self.cuda_calls_seen += len(e["ts"])
+        for (pid, fid, _), n in _call_counts(e["pid"], e["code"], np.zeros_like(e["code"])):
+            self.cuda_calls[(self._pid(str(pid)), cuda_api.function_name(fid),
+                             ENTRY_ONLY)] += n
 
     def _sched(self, e):
         inside = e["a3"] != 0
