@@ -45,8 +45,8 @@ class CudaDuty:
         now = _now()
         want = (now - self.t0) % self.period_ns < self.share * self.period_ns
         if want and self.armed_from is None:
+            self.armed_from = _now()        # before the links: a window holds all it saw
             probes.resume_cuda()
-            self.armed_from = _now()
         elif not want and self.armed_from is not None:
             probes.pause_cuda()
             self.windows.append([self.armed_from, _now()])
