@@ -592,7 +592,7 @@ def render(res) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--parts", default="attach,activity")
+    ap.add_argument("--parts", default="attach,duty,activity")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--window", type=float, default=3.0)
     ap.add_argument("--settle", type=float, default=0.5)
