@@ -12,6 +12,8 @@ import os
 import time
 from importlib import resources
 
+import numpy as np
+
 from ..errors import ClockalignError
 from ..store import cuda_api
 from ..store.schema import EVENT_DTYPE, Kind
@@ -104,6 +106,10 @@ def buffer_bytes(opts: ProbeOptions, kind: str = "slots") -> int:
 # __data_loc string) go through the Xid probe's code as this Xid.
 XID_PRINTK_ENV = "CLOCKALIGN_TEST_XID_PRINTK"
 XID_PRINTK_CODE = 31
+
+# struct ca_call / ca_slot (bpf/clockalign.h): the calls in flight of one thread, mapped at stop
+CALL_DTYPE = np.dtype([("ts", "<u8"), ("fn", "<u4"), ("pad", "<u4"), ("a", "<u8", 5)])
+SLOT_DTYPE = np.dtype([("tid", "<u4"), ("depth", "<u4"), ("c", CALL_DTYPE, CA_NEST)])
 
 # drops[] indices that are not record kinds (bpf/clockalign.h CA_DROP_*)
 DROP_NAMES = {0: "state_map_full", 29: "cuda_unpaired", 30: "cuda_nested",
@@ -504,7 +510,6 @@ class Probes:
         """The drops array summed over CPUs, per index (bpf/clockalign.h), read through its
         mapping: no map syscall while the probes run (probes.c says why)."""
         import mmap
-        import numpy as np
         if self._drops_mm is None:
             self._drop_slots = possible_cpus() * CA_NKINDS      # the CA_CPU_IDS it was built with
             size = -(-self._drop_slots * 8 // mmap.PAGESIZE) * mmap.PAGESIZE
@@ -532,12 +537,10 @@ class Probes:
         """CUDA calls entered but not returned (still in flight at stop), as events: the
         call-slot array, mapped and read with numpy in one go."""
         import mmap
-        import numpy as np
         if self.opts.cuda_lib is None:
             return np.empty(0, dtype=EVENT_DTYPE)
         slots = self.opts.call_slots
-        call = np.dtype([("ts", "<u8"), ("fn", "<u4"), ("pad", "<u4"), ("a", "<u8", 5)])
-        slot = np.dtype([("tid", "<u4"), ("depth", "<u4"), ("c", call, CA_NEST)])
+        slot = SLOT_DTYPE
         size = -(-slots * slot.itemsize // mmap.PAGESIZE) * mmap.PAGESIZE
         with mmap.mmap(self._bpf["inflight"].map_fd, size, mmap.MAP_SHARED,
                        mmap.PROT_READ) as mm:
