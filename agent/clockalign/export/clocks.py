@@ -47,7 +47,7 @@ def _tightest(cols, domain):
 
 
 def clock_snapshot(tl) -> Snapshot:
-    cols = tl.reader.columns(Chunk.CPU_CLOCK)
+    cols = tl.columns(Chunk.CPU_CLOCK)
     notes = []
     rt = _tightest(cols, ClockDomain.REALTIME) if cols else None
     bt = _tightest(cols, ClockDomain.BOOTTIME) if cols else None
@@ -77,7 +77,7 @@ def clock_snapshot(tl) -> Snapshot:
 def gpu_clock_bands(tl, points: int = 400) -> dict:
     """{"GPU<n>": (host t_ns, half-width ns)} of every fitted GPU domain, at ``points``
     remote times from its first to its last sandwich (the band between bursts included)."""
-    gpu = tl.reader.columns(Chunk.GPU_CLOCK)
+    gpu = tl.columns(Chunk.GPU_CLOCK)
     out = {}
     for g in np.unique(gpu.get("gpu", np.zeros(0))).tolist():
         name = f"GPU{g}"

@@ -38,7 +38,7 @@ capping fault_sources.py.
 """
 from .fault import KINDS, Fault  # noqa: F401 (the record, re-exported)
 from .fault_chains import connect_calls, cuda_calls, drop_benign_connects
-from .fault_events import collect, next_successes
+from .fault_events import next_successes
 from .fault_sources import death_faults, link_xids, throttle_faults, xid_faults
 
 _RANK = {k: i for i, k in enumerate(KINDS)}
@@ -46,9 +46,9 @@ _RANK = {k: i for i, k in enumerate(KINDS)}
 
 def find_faults(tl) -> list:
     """Every fault of the Timeline tl, numbered 1.. in time order, chains resolved to ids."""
-    data = collect(tl)
+    data = dict(tl.fault_events())
     data["connect"] = drop_benign_connects(tl, data["connect"])
-    nexts = next_successes(tl, data["cuda"], data["connect"])
+    nexts = next_successes(tl, data["cuda"], data["connect"], data["spans"])
     deathf, deaths = death_faults(tl, data["other"])
     parents = {}          # id(sticky repeat) -> the first sticky error it repeats
     cuda = (cuda_calls(data["cuda"], nexts).run(deaths, parents)
