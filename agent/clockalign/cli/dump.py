@@ -6,8 +6,8 @@ import sys
 import click
 
 from ..errors import ClockalignError, TruncatedRun
-from ..store.event_text import event_dicts
 from ..store.devices import Devices
+from ..store.kinds import event_dicts
 from ..store.reader import RunReader
 from ..store.schema import Chunk
 from ..store.writer import check_output, open_private

@@ -41,6 +41,13 @@ def cuda_table(cuda, unfinished=None) -> list:
     return rows
 
 
+def entry_counts(entries) -> dict:
+    """{function: calls} of the calls seen at their entry only (CUDA_ENTRY), busiest first."""
+    fns, n = np.unique(np.asarray(entries["fn"], dtype=np.int64), return_counts=True)
+    rows = sorted(zip(n.tolist(), fns.tolist()), key=lambda r: (-r[0], r[1]))
+    return {labels.cuda_function_name(f): c for c, f in rows}
+
+
 def offcpu_in_calls(cuda, sched) -> dict:
     """Off-CPU time inside CUDA calls: per call (aligned with cuda rows) and summed.
 

@@ -28,6 +28,7 @@ def _bytes(e) -> np.ndarray:
         m = slot == j
         out[m] = e[f"a{j}"][m]
     return out
+_ENTRY = ("t", "tid", "fn", "pid")
 _SCHED = ("t", "dur", "tid", "pre", "wake", "state")
 _CONN = ("t", "dur", "tid", "ret", "peer")
 
@@ -38,6 +39,7 @@ class Collected:
     def __init__(self):
         self.cuda = {}
         self.unfinished = {}
+        self.entries = {}         # calls seen at their entry only: no duration, no result
         self.sched = {}
         self.connect = {}
         self.peers = []           # connect["peer"] indexes this list
@@ -57,7 +59,7 @@ def _sorted_columns(chunks) -> dict:
 
 
 def collect(tl, progress=None) -> Collected:
-    parts = {"cuda": [], "unfinished": [], "sched": [], "connect": []}
+    parts = {"cuda": [], "unfinished": [], "entries": [], "sched": [], "connect": []}
     peer_ids = {}
     out = Collected()
     for ev in tl.iter_events():
@@ -77,6 +79,10 @@ def collect(tl, progress=None) -> Collected:
                 lk = e[np.isin(e["code"], _LOOKUPS) & (e["ret"] == 0)]
                 for p, h, raw in zip(lk["pid"].tolist(), lk["a0"].tolist(), lk["data"]):
                     out.kernels[(p, h)] = labels.data_str(raw)
+        e = ev[ev["kind"] == Kind.CUDA_ENTRY]
+        if len(e):
+            parts["entries"].append({"t": e["t_ns"].copy(), "tid": e["tid"].copy(),
+                                     "fn": e["code"].copy(), "pid": e["pid"].copy()})
         e = ev[ev["kind"] == Kind.SCHED]
         if len(e):
             parts["sched"].append({"t": e["t_ns"].copy(), "dur": e["dur_ns"].copy(),
@@ -97,7 +103,8 @@ def collect(tl, progress=None) -> Collected:
                                      "peer": ids[idx]})
         if progress:
             progress(len(ev))
-    empty = {"cuda": _CUDA, "unfinished": _CUDA, "sched": _SCHED, "connect": _CONN}
+    empty = {"cuda": _CUDA, "unfinished": _CUDA, "entries": _ENTRY, "sched": _SCHED,
+             "connect": _CONN}
     for key, chunks in parts.items():
         if chunks:
             cols = _sorted_columns(chunks)

@@ -34,6 +34,7 @@ MAX_PIDS = 256              # distinct pid label values (followed children can b
 EXITED_KEEP_NS = 300_000_000_000
 MAX_PEERS = 64              # distinct connect() peers
 MAX_RESULTS = 64            # distinct CUDA results / errno names
+ENTRY_ONLY = "ENTRY_ONLY"   # the result label of a call recorded at its entry only
 MAX_PENDING = 1024          # allocation failures waiting for the free-memory sample after them
 STALE_NS = 5_000_000_000    # no sample that long after the call (counters off): not judged
 FREE_SAMPLES = 600          # free-memory samples kept per GPU (60 s at the 0.1 s default)
@@ -250,7 +251,8 @@ class Aggregator:
         # whole: no gather of its columns)
         sel = {k: np.flatnonzero(kind == k) if 0 < present.get(k, 0) < len(kind)
                else np.arange(present.get(k, 0))
-               for k in (Kind.CUDA, Kind.SCHED, Kind.CONNECT, Kind.TCP, Kind.XID)}
+               for k in (Kind.CUDA, Kind.CUDA_ENTRY, Kind.SCHED, Kind.CONNECT, Kind.TCP,
+                         Kind.XID)}
 
         def rows(k, fields):
             whole = present.get(k) == len(kind)
@@ -258,6 +260,8 @@ class Aggregator:
         if present.get(Kind.CUDA):
             self._cuda(rows(Kind.CUDA, ("ts", "dur", "pid", "code", "ret", "a0", "a1", "a2",
                                         "a3", "a4")))
+        if present.get(Kind.CUDA_ENTRY):
+            self._cuda_entries(rows(Kind.CUDA_ENTRY, ("ts", "pid", "code")))
         if present.get(Kind.SCHED):
             self._sched(rows(Kind.SCHED, ("dur", "pid", "code", "a0", "a3")))
         for i in sel[Kind.CONNECT]:
@@ -298,6 +302,15 @@ class Aggregator:
             self.alloc_failures[(pid, cuda_api.function_name(fid))] += 1
             if int(e["ret"][i]) == OOM:
                 self._alloc_refused(pid, fid, e, i)
+
+    def _cuda_entries(self, e):
+        """Calls recorded at their entry only (record --cuda-returns blocking): counted as
+        calls, result ENTRY_ONLY; no duration to observe."""
+        self._latest_ns = max(self._latest_ns, int(e["ts"].max()))
+        self.cuda_calls_seen += len(e["ts"])
+        for (pid, fid, _), n in _call_counts(e["pid"], e["code"], np.zeros(len(e["ts"]),
+                                                                           np.int32)):
+            self.cuda_calls[(self._pid(str(pid)), cuda_api.function_name(fid), ENTRY_ONLY)] += n
 
     def _sched(self, e):
         inside = e["a3"] != 0
@@ -447,7 +460,8 @@ class Aggregator:
     def status_text(self) -> str:
         with self._lock:
             calls = self.cuda_calls_seen
-            failed = sum(n for (_, _, r), n in self.cuda_calls.items() if r != "CUDA_SUCCESS")
+            failed = sum(n for (_, _, r), n in self.cuda_calls.items()
+                         if r not in ("CUDA_SUCCESS", ENTRY_ONLY))
             allocs = sum(self.alloc_failures.values())
         return (f"cuda calls {calls} ({failed} failed, {allocs} allocation failures)  "
                 f"scrapes {self.scrapes}")

@@ -19,10 +19,16 @@ def calls(ctx) -> Section:
     unf = len(data.unfinished["t"])
     fig = figures.cuda_latency(data.cuda, ct, ctx.out_dir)
     nums = {"cuda": ct}
-    if not ct:
+    entries = analysis.entry_counts(data.entries)
+    if entries:
+        nums["cuda_entry_only"] = entries
+    if not ct and not entries:
         return Section("CUDA calls", *_NONE, nums, figure(fig))
     extra = ("\nErrors:\n\n" + "\n".join(errs) + "\n" if errs else "") + (
-        f"\n{unf} call(s) were still running when the recording stopped.\n" if unf else "")
+        f"\n{unf} call(s) were still running when the recording stopped.\n" if unf else "") + (
+        "\nCalls recorded at their entry only (their return not probed: no latency, no "
+        "result): " + ", ".join(f"{k} x{v}" for k, v in entries.items()) + ".\n"
+        if entries else "")
     return Section("CUDA calls",
                    t.text() + ("\n  errors: " + "; ".join(e[2:] for e in errs) if errs else ""),
                    t.markdown() + extra + (f"\n![CUDA latency]({fig})\n" if fig else ""),
