@@ -11,7 +11,8 @@ import numpy as np
 
 from ..export import labels
 from ..store import cuda_api
-from ..store.schema import Kind
+from ..store.kinds import ENTRY_KINDS
+from ..store.schema import KIND_NAMES, Kind
 
 _CUDA = ("t", "dur", "tid", "fn", "ret", "pid", "a0", "bytes")
 # per function id: the slot holding the bytes moved, set or allocated (-1: none)
@@ -66,7 +67,7 @@ def collect(tl, progress=None) -> Collected:
         out.events += len(ev)
         kinds, counts = np.unique(ev["kind"], return_counts=True)
         for k, c in zip(kinds.tolist(), counts.tolist()):
-            name = Kind(k).name.lower() if k in Kind._value2member_map_ else str(k)
+            name = KIND_NAMES.get(k, str(k))
             out.counts[name] = out.counts.get(name, 0) + c
         for kind, key in ((Kind.CUDA, "cuda"), (Kind.CUDA_UNFINISHED, "unfinished")):
             e = ev[ev["kind"] == kind]
@@ -79,7 +80,7 @@ def collect(tl, progress=None) -> Collected:
                 lk = e[np.isin(e["code"], _LOOKUPS) & (e["ret"] == 0)]
                 for p, h, raw in zip(lk["pid"].tolist(), lk["a0"].tolist(), lk["data"]):
                     out.kernels[(p, h)] = labels.data_str(raw)
-        e = ev[ev["kind"] == Kind.CUDA_ENTRY]
+        e = ev[np.isin(ev["kind"], ENTRY_KINDS)]
         if len(e):
             parts["entries"].append({"t": e["t_ns"].copy(), "tid": e["tid"].copy(),
                                      "fn": e["code"].copy(), "pid": e["pid"].copy()})

@@ -2,13 +2,13 @@
 on, what shape it has on a timeline, and its fields with their decoders.
 
 Read by dump's JSON lines (event_dicts below: every field of every kind), the stamping
-uncertainty and the source fault sightings name (timeline/stamps.py), and the export's
-slices, instants, tracks and call rows (export/model.py: SPAN_KINDS, CALL_KINDS, track).
+uncertainty and the source fault sightings name (timeline/stamps.py), the export's
+slices, instants, tracks and call rows (export/model.py: SPAN_KINDS, CALL_KINDS, track),
+and the report's and watch's calls seen at their entry only (ENTRY_KINDS).
 bpf/clockalign.h and store/schema.Kind hold the numbers (tests/unit/test_event_layout.py
-checks them); a new kind adds a row here (an import fails without one).  Still deciding
-per kind by hand: report/collect.py, watch/aggregate.py, timeline/fault_*.py and
-inject/segments.py, for what only they do with a kind (latency tables, metrics, fault
-rules).
+checks them); a new kind adds a row here (an import fails without one).  Still decided per
+kind by hand: what only one consumer does with a kind (the report's latency tables,
+watch's metrics, the fault rules of timeline/fault_*.py, inject/segments.py).
 
     spec = KINDS[Kind.CUDA_ENTRY]     # KindSpec(source="uprobe", shape="entry", ...)
     for d in event_dicts(batch, xid_messages=r.xid_messages, devices=devices): ...

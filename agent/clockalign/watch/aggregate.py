@@ -20,8 +20,9 @@ import numpy as np
 from ..store import cuda_api
 from ..store.counter_fields import CLOCK_REASONS, FIELD_BY_NAME
 from ..store.event_text import cstring, decode_sockaddr
+from ..store.kinds import ENTRY_KINDS
 from ..store.devices import bus_key
-from ..store.schema import Chunk, Kind, TcpCode
+from ..store.schema import KIND_NAMES, Chunk, Kind, TcpCode
 from ..timeline.codes import cuda_result_name, errno_name
 from .histogram import (CONNECT_BOUNDS_NS, CUDA_CALL_BOUNDS_NS, MODULE_LOAD_BOUNDS_NS,
                         WAKEUP_BOUNDS_NS, Histogram)
@@ -244,15 +245,13 @@ class Aggregator:
             return
         present = {}
         for k, n in zip(*np.unique(kind, return_counts=True)):
-            self.events[Kind(k).name.lower() if k in Kind._value2member_map_ else str(k)] += \
-                int(n)
+            self.events[KIND_NAMES.get(int(k), str(k))] += int(n)
             present[int(k)] = int(n)
         # each kind's row numbers (a batch of one kind, the usual launch-heavy one, is taken
         # whole: no gather of its columns)
         sel = {k: np.flatnonzero(kind == k) if 0 < present.get(k, 0) < len(kind)
                else np.arange(present.get(k, 0))
-               for k in (Kind.CUDA, Kind.CUDA_ENTRY, Kind.SCHED, Kind.CONNECT, Kind.TCP,
-                         Kind.XID)}
+               for k in (Kind.CUDA, Kind.SCHED, Kind.CONNECT, Kind.TCP, Kind.XID) + ENTRY_KINDS}
 
         def rows(k, fields):
             whole = present.get(k) == len(kind)
@@ -260,8 +259,9 @@ class Aggregator:
         if present.get(Kind.CUDA):
             self._cuda(rows(Kind.CUDA, ("ts", "dur", "pid", "code", "ret", "a0", "a1", "a2",
                                         "a3", "a4")))
-        if present.get(Kind.CUDA_ENTRY):
-            self._cuda_entries(rows(Kind.CUDA_ENTRY, ("ts", "pid", "code")))
+        for k in ENTRY_KINDS:
+            if present.get(k):
+                self._cuda_entries(rows(k, ("ts", "pid", "code")))
         if present.get(Kind.SCHED):
             self._sched(rows(Kind.SCHED, ("dur", "pid", "code", "a0", "a3")))
         for i in sel[Kind.CONNECT]:
