@@ -23,6 +23,7 @@ from ..store.event_text import cstring, decode_sockaddr
 from ..store.kinds import ENTRY_KINDS
 from ..store.devices import bus_key
 from ..store.schema import KIND_NAMES, Chunk, Kind, TcpCode
+from ..timeline import benign
 from ..timeline.codes import cuda_result_name, errno_name
 from .histogram import (CONNECT_BOUNDS_NS, CUDA_CALL_BOUNDS_NS, MODULE_LOAD_BOUNDS_NS,
                         WAKEUP_BOUNDS_NS, Histogram)
@@ -47,6 +48,8 @@ CLOCK_EVENT_REASONS = FIELD_BY_NAME["clock_event_reasons"]
 OOM = 2                     # CUDA_ERROR_OUT_OF_MEMORY
 # a non-blocking connect() returns EINPROGRESS and finishes later: not an error
 CONNECT_NOT_ERRORS = ("EINPROGRESS", "EALREADY", "EISCONN")
+# a connect() failing as a known probe expects (timeline/benign.py: nscd, MPS): not an error
+KNOWN_PROBE = "known_probe"
 _BYTES_SLOT = {f.id: f.slot("bytes") for f in cuda_api.FUNCTIONS.values() if f.allocates}
 _DEVICE_SLOT = {f.id: f.slot("device") for f in cuda_api.FUNCTIONS.values()
                 if f.allocates and f.slot("device") is not None}
@@ -118,6 +121,7 @@ class Aggregator:
         self.clock_errors = 0
         self.gpus = []
         self.armed = False
+        self.cuda_share = 1.0             # --cuda-duty (capture/duty.py)
         self.closed = False
         self.scrapes = 0                                # set by the collector
         self._xid_from_bpf = False
@@ -143,6 +147,7 @@ class Aggregator:
                          if bus_key(g.get("pci_bus_id")) is not None}
             self._cflags = list(meta.get("cflags") or [])
             self._xid_from_bpf = "-DCA_XID" in self._cflags
+            self.cuda_share = float((meta.get("cuda_duty") or {}).get("share", 1.0))
             self._set_targets(t["pid"] for t in meta.get("targets") or [] if "pid" in t)
             self.armed = True
         if self._on_open:
@@ -322,8 +327,9 @@ class Aggregator:
         self.wakeup.observe(e["a0"][woke].astype(np.int64))
 
     def _connect(self, pid, ret, dur, peer):
+        result = ("ok" if ret == 0 else KNOWN_PROBE if benign.match_connect(peer, -ret)
+                  else self._result(errno_name(ret)))
         peer = self._peer(peer)
-        result = "ok" if ret == 0 else self._result(errno_name(ret))
         self.connects[(self._pid(str(pid)), peer, result)] += 1
         h = self.connect_duration.get(peer)
         if h is None:
@@ -450,6 +456,7 @@ class Aggregator:
                 "clock_unc_ns": dict(self.clock_unc_ns),
                 "gpus": list(self.gpus),
                 "armed": self.armed and not self.closed,
+                "cuda_share": self.cuda_share,
                 "targets": len(self.targets), "targets_attached": self.targets_attached,
                 "target_exits": self.target_exits, "pids_forgotten": self.pids_forgotten,
                 "cuda_calls_seen": self.cuda_calls_seen,
