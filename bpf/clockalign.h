@@ -1,7 +1,10 @@
-/* Shared record layout: mirrored by clockalign/store/schema.py (EVENT_DTYPE, Kind).
- * Every event is one fixed 128-byte record sent through the per-CPU perf buffers, so user
- * space decodes a whole batch with one numpy view (capture/perfbuf.py, native/batch.c).
- * Numbers are file format: never reuse one. */
+/* Layouts shared by the BPF program and user space: struct ca_event (store/schema.py
+ * EVENT_DTYPE, Kind), the slot rings' control words (capture/slotring.py, native/reader.c),
+ * the CUDA call slots (capture/bpfprog.py) and the drop indices (bpfprog.DROP_NAMES).
+ * Every event is one fixed 128-byte record, so user space decodes a whole batch with one
+ * numpy view.  tests/unit/test_event_layout.py compiles this header with gcc and checks each
+ * offset, size and constant against the Python side.  Numbers are file format: never reuse
+ * one. */
 
 #ifndef CLOCKALIGN_H
 #define CLOCKALIGN_H
@@ -35,6 +38,9 @@
 
 #define CA_DATA_LEN 56
 
+/* the bytes of a CA_KIND_XID_MSG record that carry message text: a0..a4 and data */
+#define CA_XID_PART_LEN 96
+
 /* CA_KIND_TCP codes */
 #define CA_TCP_RESET_SENT 1
 #define CA_TCP_RESET_RECEIVED 2
@@ -50,6 +56,30 @@ struct ca_event {
     s32 ret;        /* CUresult, -errno, prev_state, xid code, exit code, signal */
     u64 a[5];
     u8 data[CA_DATA_LEN];
+};
+
+/* Each CPU's slot ring: slots [tail, head) hold records not yet read; head is moved by the
+ * BPF writers, tail by the reader.  They sit on cache lines of their own: the reader reads
+ * head and writes tail once a pass, the writers of one CPU share head. */
+struct ca_ring_ctl {
+    u64 head;
+    u64 pad0[7];
+    u64 tail;
+    u64 pad1[7];
+};
+
+/* CUDA calls in flight, per thread (tid & mask): a small stack of CA_NEST calls, read by
+ * user space at stop to list the calls still running (bpfprog.SLOT_DTYPE) */
+struct ca_call {
+    u64 ts;
+    u32 fn;
+    u32 pad;
+    u64 a[5];
+};
+struct ca_slot {
+    u32 tid;
+    u32 depth;
+    struct ca_call c[CA_NEST];
 };
 
 /* grid/block dims packed x | y << 32 | z << 48 (schema.unpack_dims) */

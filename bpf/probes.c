@@ -49,15 +49,6 @@ BPF_PERF_OUTPUT(events);
 #ifndef CA_RING_SLOTS
 #define CA_RING_SLOTS 65536     /* records per CPU, a power of two */
 #endif
-/* Each CPU's ring: slots [tail, head) hold records not yet read; head is moved here, tail by
- * the reader.  They sit on cache lines of their own: the reader reads head and writes tail
- * once a pass, the writers of one CPU share head. */
-struct ca_ring_ctl {
-    u64 head;
-    u64 pad0[7];
-    u64 tail;
-    u64 pad1[7];
-};
 BPF_F_TABLE("array", u32, struct ca_ring_ctl, ring_ctl, CA_CPU_IDS, BPF_F_MMAPABLE);
 BPF_F_TABLE("array", u32, struct ca_event, ring, CA_CPU_IDS * CA_RING_SLOTS, BPF_F_MMAPABLE);
 #endif
@@ -169,18 +160,8 @@ static __always_inline void stamp_task(struct ca_event *e)
 /* Calls in flight, per thread: an array slot (tid & mask) holding a small stack, so a
  * probed function that calls another probed one pairs too.  An array lookup is cheaper
  * than a hash update + lookup + delete (measured: ~250 ns a call less on the H200), and
- * user space maps the array to list the calls still running at stop. */
-struct ca_call {
-    u64 ts;
-    u32 fn;
-    u32 pad;
-    u64 a[5];
-};
-struct ca_slot {
-    u32 tid;
-    u32 depth;
-    struct ca_call c[CA_NEST];
-};
+ * user space maps the array to list the calls still running at stop (struct ca_slot in
+ * clockalign.h). */
 BPF_F_TABLE("array", u32, struct ca_slot, inflight, CA_CALL_SLOTS, BPF_F_MMAPABLE);
 
 /* CA_REGS_ONLY (record --cuda-args registers): no user-memory reads in the CUDA probes —
@@ -840,7 +821,6 @@ TRACEPOINT_PROBE(tcp, tcp_retransmit_skb)
 #ifndef CA_XID_MSG_MAX
 #define CA_XID_MSG_MAX 8192
 #endif
-#define CA_XID_PART_LEN 96
 #define CA_XID_PARTS ((CA_XID_MSG_MAX + CA_XID_PART_LEN - 1) / CA_XID_PART_LEN)
 
 struct xid_scratch {

@@ -14,7 +14,8 @@ import pytest
 from clockalign.workloads.check import cuda_counts
 from clockalign.workloads.standin import EXPECTED_CALLS, SWEEP_CALLS, expected_call, sweep_faults
 from clockalign.store import cuda_api
-from clockalign.store.event_text import cstring, event_dicts
+from clockalign.store.event_text import cstring
+from clockalign.store.kinds import event_dicts
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import CUDA_FN_BY_NAME, Kind
 

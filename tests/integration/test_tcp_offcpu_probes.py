@@ -13,7 +13,7 @@ import numpy as np
 from clockalign.workloads.standin import EXPECTED_CALLS
 from clockalign.workloads.check import cuda_counts
 from clockalign.store import cuda_api
-from clockalign.store.event_text import event_dicts
+from clockalign.store.kinds import event_dicts
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import Kind
 

@@ -161,7 +161,7 @@ def make_gpu_run(path, rounds=40, per_round=4, through_wire=True):
                                        for p, s, i, n in names])
         w.close({"reason": "test", "counts": {"cuda": int((ev["kind"] == Kind.CUDA).sum()),
                                               "gpu_kernel": len(truth_k) + 10},
-                 "drops": {"cupti_dropped": 3}})
+                 "drops": {"cupti_dropped": 3}, "t_ns": t})
     return {"kernels": np.array(truth_k, dtype=np.int64), "gaps": gaps, "rounds": rounds,
             "per_round": per_round, "conv_truth": np.array(conv_truth, dtype=np.int64),
             "events": ev, "end": t}
@@ -220,5 +220,6 @@ def make_bulk_gpu_run(path, n: int, chunk: int = 65536, streams: int = 4, seed: 
         w.write_rows(Chunk.GPU_NAMES, [{"pid": PID, "space": 1, "id": j, "name": f"kernel_{j}"}
                                        for j in range(1, 65)]
                      + [{"pid": PID, "space": 2, "id": CB_API, "name": "cuLaunchKernel"}])
-        w.close({"reason": "bench", "counts": {"cuda": n, "gpu_kernel": int(k.sum())}})
+        w.close({"reason": "bench", "counts": {"cuda": n, "gpu_kernel": int(k.sum())},
+                 "t_ns": t_end})
     return {"n": n, "t_end": t_end}

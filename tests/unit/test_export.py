@@ -588,3 +588,13 @@ def test_two_exports_concatenate_without_id_collisions(tmp_path):
     both = Trace()
     both.ParseFromString(blob)                 # one valid trace: the packets of both
     assert len(both.packet) == sum(counts)
+
+
+def test_export_modules_import_no_cycle():
+    """Each export module imports only modules below it: gpu_json builds on jsonrows, not on
+    chrome_json, which imports it (issue 25: the cycle is gone)."""
+    code = ("import sys, clockalign.export.gpu_json, clockalign.export.gpu_tracks; "
+            "assert 'clockalign.export.chrome_json' not in sys.modules; "
+            "assert 'clockalign.export.perfetto' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})

@@ -6,7 +6,8 @@ import pytest
 
 from clockalign.cli.main import main
 from clockalign.errors import NotARunFile, UnsupportedVersion
-from clockalign.store.event_text import decode_sockaddr, event_dicts
+from clockalign.store.event_text import decode_sockaddr
+from clockalign.store.kinds import event_dicts
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import EVENT_DTYPE, FORMAT_VERSION, Chunk, Kind
 from clockalign.store.writer import HEADER, HEADER_CRC, RunWriter

@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from clockalign.store.event_text import XidMessages, event_dicts
+from clockalign.store.event_text import XidMessages
+from clockalign.store.kinds import event_dicts
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import EVENT_DTYPE, XID_PART_LEN, Chunk, Kind
 from clockalign.store.writer import RunWriter

@@ -426,18 +426,3 @@ def test_cuda_probe_share_is_stated():
     assert m[("clockalign_cuda_probe_share", ())] == 0.25
     assert "divide by it" in text
 
-
-def test_entry_only_calls_are_counted_without_a_duration():
-    """--cuda-returns blocking: launches arrive as CUDA_ENTRY records; they count as calls
-    (result entry_only) and add nothing to the duration histograms."""
-    agg = Aggregator()
-    agg.open({"gpus": [], "cflags": []})
-    entry = [{**cuda("cuLaunchKernel"), "kind": Kind.CUDA_ENTRY, "dur": 0, "ret": 0}
-             for _ in range(5)]
-    agg.write_columns(Chunk.EVENTS, events(*entry, cuda("cuStreamSynchronize", dur=5000)))
-    m, text = scrape(agg)
-    assert m[("clockalign_cuda_calls_total", (("function", "cuLaunchKernel"), ("pid", "100"),
-                                              ("result", "entry_only")))] == 5
-    assert 'function="cuLaunchKernel"' not in "".join(
-        ln for ln in text.splitlines() if ln.startswith("clockalign_cuda_call_duration"))
-    assert agg.cuda_calls_seen == 6

@@ -12,6 +12,8 @@ import os
 import time
 from importlib import resources
 
+import numpy as np
+
 from ..errors import ClockalignError
 from ..store import cuda_api
 from ..store.schema import EVENT_DTYPE, Kind
@@ -105,18 +107,13 @@ def buffer_bytes(opts: ProbeOptions, kind: str = "slots") -> int:
 XID_PRINTK_ENV = "CLOCKALIGN_TEST_XID_PRINTK"
 XID_PRINTK_CODE = 31
 
+# struct ca_call / ca_slot (bpf/clockalign.h): the calls in flight of one thread, mapped at stop
+CALL_DTYPE = np.dtype([("ts", "<u8"), ("fn", "<u4"), ("pad", "<u4"), ("a", "<u8", 5)])
+SLOT_DTYPE = np.dtype([("tid", "<u4"), ("depth", "<u4"), ("c", CALL_DTYPE, CA_NEST)])
+
 # drops[] indices that are not record kinds (bpf/clockalign.h CA_DROP_*)
 DROP_NAMES = {0: "state_map_full", 29: "cuda_unpaired", 30: "cuda_nested",
               31: "cuda_slot_busy"}
-
-
-def _slot_dtype():
-    import numpy as np
-    call = np.dtype([("ts", "<u8"), ("fn", "<u4"), ("pad", "<u4"), ("a", "<u8", 5)])
-    return np.dtype([("tid", "<u4"), ("depth", "<u4"), ("c", call, CA_NEST)])
-
-
-SLOT_DTYPE = _slot_dtype()      # struct ca_slot (bpf/probes.c)
 
 
 def use_pid_links(opts: ProbeOptions) -> bool:
@@ -566,7 +563,6 @@ class Probes:
         """The drops array summed over CPUs, per index (bpf/clockalign.h), read through its
         mapping: no map syscall while the probes run (probes.c says why)."""
         import mmap
-        import numpy as np
         if self._drops_mm is None:
             self._drop_slots = possible_cpus() * CA_NKINDS      # the CA_CPU_IDS it was built with
             size = -(-self._drop_slots * 8 // mmap.PAGESIZE) * mmap.PAGESIZE
@@ -591,7 +587,7 @@ class Probes:
         return total
 
     def _call_slots(self, write=False):
-        """The call-slot array (bpf/probes.c inflight), mapped."""
+        """The call-slot array (bpf/probes.c inflight, struct ca_slot in clockalign.h), mapped."""
         import mmap
         size = self.opts.call_slots * SLOT_DTYPE.itemsize
         size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
@@ -601,7 +597,6 @@ class Probes:
     def unfinished_cuda(self, now_ns: int):
         """CUDA calls entered but not returned (still in flight at stop), as events: the
         call-slot array, mapped and read with numpy in one go."""
-        import numpy as np
         if self.opts.cuda_lib is None or self.cuda_paused:   # paused: slots are stale
             return np.empty(0, dtype=EVENT_DTYPE)
         with self._call_slots() as mm:

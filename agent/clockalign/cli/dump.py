@@ -6,8 +6,8 @@ import sys
 import click
 
 from ..errors import ClockalignError, TruncatedRun
-from ..store.event_text import event_dicts
 from ..store.devices import Devices
+from ..store.kinds import event_dicts
 from ..store.reader import RunReader
 from ..store.schema import Chunk
 from ..store.writer import check_output, open_private
@@ -25,7 +25,8 @@ Examples:
 @output_option("Output (default stdout); created 0600.", default="-")
 def command(file, output):
     """Write each event as a JSON line with kind, t_ns (MONOTONIC), pid, tid and the kind's
-    own fields (cuda: fn, ret, dur_ns, args; connect: peer, errno, dur_ns; sched: prev_state,
+    own fields (store/kinds.py; cuda: fn, ret, dur_ns, args; cuda_entry, a call recorded at
+    its entry only: fn, args, entry_only; connect: peer, errno, dur_ns; sched: prev_state,
     off_cpu_ns, wakeup_to_run_ns; xid: code, dev, msg, msg_whole, and gpu (GPU0) and bus_id
     where the device is in the run's table), then the GPU activity of a --gpu-activity run
     (gpu_kernel, gpu_copy, gpu_memset: t_ns, end_ns and unc_ns mapped from the GPU's clock,

@@ -4,10 +4,12 @@
     from clockalign.export import export_run
     stats = export_run(Timeline.open("run.ca"), "run.pftrace", "perfetto")   # or "chrome-json"
 
-perfetto.py writes native protobuf with Perfetto's own trace protos; chrome_json.py the
-Trace Event Format; for both, model.py decides what each event shows, as rows (rows.py) on
-tracks (tracks.py) kept in order by overflow lanes (lanes.py), and pipeline.py drives a
-writer over the batches.
+pipeline.py is the one driver (pipeline.export), the same steps for every format, through a
+writer per format: perfetto.py's PerfettoWriter, native protobuf with Perfetto's own trace
+protos (gpu_tracks.py its GPU executions); chrome_json.py's JsonWriter, the Trace Event
+Format (gpu_json.py its GPU executions, jsonrows.py the row matrices both build on).
+model.py decides what each event shows, as rows (rows.py) on tracks (tracks.py) kept in
+order by overflow lanes (lanes.py); clocks.py gives the clock snapshot and GPU clock bands.
 """
 import os
 
@@ -22,14 +24,15 @@ def export_run(tl, out, fmt: str = "perfetto", progress=None) -> dict:
     """Write the run behind Timeline ``tl`` to path ``out``; returns what was written."""
     if fmt not in FORMATS:
         raise ClockalignError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    from .pipeline import export
     if fmt == "perfetto":
-        from .perfetto import write_perfetto as write
+        from .perfetto import PerfettoWriter as Writer
     else:
-        from .chrome_json import write_chrome_json as write
+        from .chrome_json import JsonWriter as Writer
     tmp = f"{out}.partial"
     try:
         with open_private(tmp, "wb") as f:        # 0600, the sudo user's: like the run file
-            stats = write(tl, f, progress=progress)
+            stats = export(tl, Writer(f), progress=progress)
         os.replace(tmp, out)
     except OSError as e:
         raise ClockalignError(f"cannot write {out}: {e.strerror or e}") from None

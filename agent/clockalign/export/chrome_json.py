@@ -12,7 +12,7 @@ tracks and overflow lanes (model.py) are pseudo-threads with tids from 2^30 up, 
 whitespace (see below), so every parser reads them as written.
 
     with open("run.json", "wb") as f:
-        stats = write_chrome_json(tl, f)
+        stats = write_chrome_json(tl, f)        # pipeline.export(tl, JsonWriter(f))
 """
 import json
 
@@ -20,89 +20,16 @@ import numpy as np
 
 from ..store.counter_fields import FIELDS
 from . import jsontext as jt
-from .clocks import clock_snapshot
-from .gpu_tracks import LaunchFlows
+from .gpu_json import flow_starts, write_gpu_json
+from .jsonrows import SEP, Row, Texts, gather, interleave, js
 from .model import TraceModel
-from .pipeline import stream
+from .pipeline import export
 from .rows import ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR
 
-SEP = b",\n"
-
-
-def _js(s) -> bytes:
-    return json.dumps(s, ensure_ascii=False).encode()
-
-
-# Bulk rows are built by shape (same kind, name and annotations): a shape's rows share one
-# template row, and only what varies (thread, times, values) is written into its holes,
-# numbers right-aligned with leading spaces and strings padded after their closing quote
-# (JSON allows whitespace between tokens).  The batch is then one matrix of rows, each
-# row padded with spaces after its closing brace, written out as it is.  A rare shape much
-# wider than the rest is written between the matrix's rows rather than widening them all.
-_CAT_JS = [_js(c) for c in CATEGORIES]
-_KEY_JS = [_js(a) + b":" for a in ANN_NAMES]
+_CAT_JS = [js(c) for c in CATEGORIES]
+_KEY_JS = [js(a) + b":" for a in ANN_NAMES]
 _HEAD = {True: b'{"ph":"X","cat":', False: b'{"ph":"i","s":"t","cat":'}
 _BOOLS = np.array([list(b"false"), list(b"true ")], dtype=np.uint8)
-_SP = 32
-_WIDE_SHARE = 64        # shapes holding at most 1/64 of a batch may be wider than the matrix
-
-
-class _Texts:
-    """Byte strings by id, exact (``items``) and space-padded in a matrix for gathering
-    (``b``, lengths ``n``).  Grows in place: a snapshot taken before growth stays valid for
-    the ids it had, so encoder threads can use one while the main thread adds more."""
-
-    def __init__(self):
-        self.items = []
-        self.b = np.full((64, 8), _SP, dtype=np.uint8)
-        self.n = np.zeros(64, dtype=np.int64)
-
-    def extend(self, texts):
-        if not texts:
-            return
-        start = len(self.items)
-        self.items.extend(texts)
-        need, w = len(self.items), max(len(t) for t in texts)
-        if need > len(self.n) or w > self.b.shape[1]:
-            cap = max(need, 2 * len(self.n))
-            b = np.full((cap, max(w, self.b.shape[1])), _SP, dtype=np.uint8)
-            b[:start, :self.b.shape[1]] = self.b[:start]
-            n = np.zeros(cap, dtype=np.int64)
-            n[:start] = self.n[:start]
-            self.b, self.n = b, n
-        for i, t in enumerate(texts, start):
-            self.b[i, :len(t)] = np.frombuffer(t, dtype=np.uint8)
-            self.n[i] = len(t)
-
-    def snapshot(self):
-        return self.items, self.b, self.n
-
-
-class _Row:
-    """A template row with holes: ``const`` bytes, ``hole(width, fill, *args)`` where
-    ``fill(dst, *args)`` writes the hole of every row (dst: uint8 (rows, width))."""
-
-    def __init__(self, head: bytes):
-        self.tpl = bytearray(head)
-        self.holes = []
-
-    def const(self, data: bytes):
-        self.tpl += data
-
-    def hole(self, width: int, fill, *args):
-        self.holes.append((len(self.tpl), width, fill, args))
-        self.tpl += b" " * width
-
-    def build(self, rows: int) -> np.ndarray:
-        m = np.empty((rows, len(self.tpl)), dtype=np.uint8)
-        m[:] = np.frombuffer(bytes(self.tpl), dtype=np.uint8)
-        for off, w, fill, args in self.holes:
-            fill(m[:, off:off + w], *args)
-        return m
-
-
-def _gather(dst, table, idx):
-    dst[:] = table[idx, :dst.shape[1]]
 
 
 def _put_bools(dst, v):
@@ -145,13 +72,13 @@ def _shape_text(b, rows, texts, tracks) -> np.ndarray:
     items, tb, tn = texts
     r0 = int(rows[0])
     sliced = bool(b.slice[r0])
-    row = _Row(SEP + _HEAD[sliced] + _CAT_JS[int(b.cat[r0])] + b',"name":'
+    row = Row(SEP + _HEAD[sliced] + _CAT_JS[int(b.cat[r0])] + b',"name":'
                + items[int(b.name[r0])] + b",")
     tr = b.track[rows]
     if tr.min() == tr.max():
         row.const(tracks[0][int(tr[0])])
     else:
-        row.hole(int(tracks[2][tr].max()), _gather, tracks[1], tr)
+        row.hole(int(tracks[2][tr].max()), gather, tracks[1], tr)
     start = b.start[rows]
     row.const(b',"ts":')
     row.hole(jt.micros_width(start), jt.put_micros, start)
@@ -180,7 +107,7 @@ def _shape_text(b, rows, texts, tracks) -> np.ndarray:
             row.hole(int(nd.max()) + 1, jt.put_hex, v, nd)
         elif vt == V_STR:
             ids = v.astype(np.intp)
-            row.hole(int(tn[ids].max()), _gather, tb, ids)
+            row.hole(int(tn[ids].max()), gather, tb, ids)
         elif vt == V_BOOL:
             row.hole(5, _put_bools, v)
         else:                                  # V_UINT
@@ -201,44 +128,37 @@ def _value_text(vt: int, v: int, items) -> bytes:
     return b"%d" % v
 
 
-def _interleave(n: int, shapes: list):
-    """One batch's rows in row order from its shapes' matrices: one matrix as wide as the
-    shapes that hold most rows, and the rows of rare wider shapes written between its rows."""
-    if len(shapes) == 1 and len(shapes[0][0]) == n:
-        return shapes[0][1].reshape(-1)
-    by_width = sorted(shapes, key=lambda s: -s[1].shape[1])
-    wide, spare = [], n // _WIDE_SHARE
-    for s in by_width[:-1]:
-        if len(s[0]) > spare:
-            break
-        wide.append(s)
-        spare -= len(s[0])
-    width = by_width[len(wide)][1].shape[1]
-    mat = np.full((n, width), _SP, dtype=np.uint8)
-    for rows, m in by_width[len(wide):]:
-        mat[rows, :m.shape[1]] = m
-    if not wide:
-        return mat.reshape(-1)
-    at = np.concatenate([rows for rows, _ in wide])
-    texts = [m[i] for _, m in wide for i in range(len(m))]
-    pieces, prev = [], 0
-    for k in np.argsort(at, kind="stable").tolist():
-        r = int(at[k])
-        pieces.append(mat[prev:r].reshape(-1))
-        pieces.append(texts[k])
-        prev = r + 1
-    pieces.append(mat[prev:].reshape(-1))
-    return b"".join(pieces)
-
-
 class JsonWriter:
-    def __init__(self, f, model: TraceModel):
+    """Writes Trace Event Format records to a binary file as they are made; a writer of
+    pipeline.export."""
+
+    CLOCK_BANDS = False           # JSON has no counter tracks under a GPU to draw them on
+
+    def __init__(self, f):
         self.f = f
-        self.model = model
+        self.model = None
         self.bytes = 0
         self.records = 0
-        self._texts = _Texts()           # JSON of each interned string, by string id
-        self._tracks = _Texts()          # '"pid":P,"tid":T' of each track, by track idx
+        self._texts = Texts()           # JSON of each interned string, by string id
+        self._tracks = Texts()          # '"pid":P,"tid":T' of each track, by track idx
+
+    def begin(self, model: TraceModel, tl, snap):
+        self.model = model
+        head = {"ph": "M", "name": "clockalign", "pid": 0, "tid": 0,
+                "args": {"clock": "MONOTONIC", "clock_snapshot": snap.describe(),
+                         "run": str(tl.path)}}
+        self.raw(b'{"traceEvents":[\n' + json.dumps(head).encode(), 1)
+
+    def end(self, tl, snap):
+        self.raw(b'\n],"displayTimeUnit":"ns","otherData":' + json.dumps(
+            {"clock": "MONOTONIC", "clock_snapshot": snap.describe(),
+             "truncated": tl.truncated}).encode() + b"}\n", 0)
+
+    def stats(self) -> dict:
+        return {"records": self.records}
+
+    def gpu_activity(self, acts, flows) -> int:
+        return write_gpu_json(self, acts, flows)
 
     def raw(self, blob: bytes, records: int):
         self.f.write(blob)
@@ -289,7 +209,7 @@ class JsonWriter:
         tracks; returns the encode context."""
         tracks = self.track_texts()
         items = self.model.strings.items
-        self._texts.extend([_js(s) for s in items[len(self._texts.items):]])
+        self._texts.extend([js(s) for s in items[len(self._texts.items):]])
         return self._texts.snapshot(), tracks
 
     @staticmethod
@@ -297,10 +217,9 @@ class JsonWriter:
         """The batch's records as bytes (thread-safe: reads only ``b`` and ``ctx``), then
         the starts of the GPU launch flows on its rows (gpu_json.py)."""
         texts, tracks = ctx
-        blob = _interleave(b.n, [(rows, _shape_text(b, rows, texts, tracks))
+        blob = interleave(b.n, [(rows, _shape_text(b, rows, texts, tracks))
                                  for rows in _shapes(b)])
         if b.flows:
-            from .gpu_json import flow_starts
             starts = flow_starts(b, tracks)
             if starts:
                 return b"".join((blob, starts))
@@ -385,29 +304,4 @@ def _jsonable(v):
 
 def write_chrome_json(tl, f, progress=None, batch_rows=None) -> dict:
     """Stream the whole run into ``f`` (binary) as Chrome JSON; returns counts."""
-    from .gpu_json import write_gpu_json          # it builds on this module's row matrices
-    model = TraceModel(tl, **({"batch_rows": batch_rows} if batch_rows else {}))
-    faults = tl.faults()
-    model.set_chains(faults)
-    acts = tl.gpu_activity()
-    if len(acts):
-        model.gpu_flows = LaunchFlows(acts)
-    w = JsonWriter(f, model)
-    snap = clock_snapshot(tl)
-    head = {"ph": "M", "name": "clockalign", "pid": 0, "tid": 0,
-            "args": {"clock": "MONOTONIC", "clock_snapshot": snap.describe(),
-                     "run": str(tl.path)}}
-    w.raw(b'{"traceEvents":[\n' + json.dumps(head).encode(), 1)
-    stream(model, w, progress)
-    cnt = tl.counters()
-    if cnt is not None and len(cnt):
-        w.counters(cnt)
-    w.faults(faults, model.unmatched_steps())
-    gpu_n = write_gpu_json(w, acts, model.gpu_flows) if len(acts) else 0
-    w.raw(b'\n],"displayTimeUnit":"ns","otherData":' + json.dumps(
-        {"clock": "MONOTONIC", "clock_snapshot": snap.describe(),
-         "truncated": tl.truncated}).encode() + b"}\n", 0)
-    return {"events": dict(model.counts), "records": w.records, "bytes": w.bytes,
-            "tracks": len(model.tracks.all), "faults": len(faults), "gpu_activity": gpu_n,
-            "gpu_flows": int(model.gpu_flows.matched.sum()) if model.gpu_flows else 0,
-            "counters": 0 if cnt is None else len(cnt), "clock_snapshot": snap.describe()}
+    return export(tl, JsonWriter(f), progress, batch_rows)

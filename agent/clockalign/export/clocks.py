@@ -8,11 +8,14 @@ BOOTTIME = MONOTONIC.  The half-width of each sandwich is its uncertainty.
 
     snap = clock_snapshot(tl)
     snap.clocks            # [(BUILTIN_CLOCK_BOOTTIME, ns), (..MONOTONIC, ns), (..REALTIME, ns)]
+
+gpu_clock_bands(tl) gives each fitted GPU clock's band over time, drawn as a counter track.
 """
 import dataclasses
 
 import numpy as np
 
+from ..align.stats import int_grid
 from ..store.schema import Chunk, ClockDomain
 
 # Perfetto BuiltinClock ids (perfetto_trace_pb2.BuiltinClock), fixed by Perfetto.
@@ -44,7 +47,7 @@ def _tightest(cols, domain):
 
 
 def clock_snapshot(tl) -> Snapshot:
-    cols = tl.reader.columns(Chunk.CPU_CLOCK)
+    cols = tl.columns(Chunk.CPU_CLOCK)
     notes = []
     rt = _tightest(cols, ClockDomain.REALTIME) if cols else None
     bt = _tightest(cols, ClockDomain.BOOTTIME) if cols else None
@@ -69,3 +72,19 @@ def clock_snapshot(tl) -> Snapshot:
     if hw_b is not None:
         hw["BOOTTIME"] = hw_b
     return Snapshot(clocks=clocks, halfwidth_ns=hw, notes=notes)
+
+
+def gpu_clock_bands(tl, points: int = 400) -> dict:
+    """{"GPU<n>": (host t_ns, half-width ns)} of every fitted GPU domain, at ``points``
+    remote times from its first to its last sandwich (the band between bursts included)."""
+    gpu = tl.columns(Chunk.GPU_CLOCK)
+    out = {}
+    for g in np.unique(gpu.get("gpu", np.zeros(0))).tolist():
+        name = f"GPU{g}"
+        if name not in tl.models:
+            continue
+        r = gpu["remote"][gpu["gpu"] == g].astype(np.int64)
+        t, u = tl.models[name].map(int_grid(r.min(), r.max(), points))
+        order = np.argsort(t, kind="stable")
+        out[name] = (t[order], u[order])
+    return out

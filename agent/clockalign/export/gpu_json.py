@@ -19,7 +19,7 @@ import numpy as np
 from ..store.schema import GpuKind, unpack_dims
 from ..timeline.gpu_activity import KIND_NAMES, LAUNCH_BPF, LAUNCH_NONE, activity_names
 from . import jsontext as jt
-from .chrome_json import SEP, _Row, _Texts, _gather, _interleave, _js
+from .jsonrows import SEP, Row, Texts, gather, interleave, js
 from .gpu_tracks import flow_row, layout
 from .rows import BATCH_ROWS
 
@@ -27,7 +27,7 @@ JSON_FLOW_BASE = 1 << 40
 _FLOW = b'"cat":"gpu","name":"launch","id":'
 
 
-def _num(row: _Row, values, signed: bool = False):
+def _num(row: Row, values, signed: bool = False):
     """An integer column: constant text where all rows agree, else a hole."""
     v = np.asarray(values, dtype=np.int64)
     lo, hi = int(v.min()), int(v.max())
@@ -39,23 +39,23 @@ def _num(row: _Row, values, signed: bool = False):
         row.hole(jt.decimal_digits(hi), jt.put_decimal, v)
 
 
-def _text(row: _Row, texts: _Texts, ids):
+def _text(row: Row, texts: Texts, ids):
     ids = np.asarray(ids, dtype=np.intp)
     if ids.min() == ids.max():
         row.const(texts.items[int(ids[0])])
     else:
-        row.hole(int(texts.n[ids].max()), _gather, texts.b, ids)
+        row.hole(int(texts.n[ids].max()), gather, texts.b, ids)
 
 
-def _micros(row: _Row, ns):
+def _micros(row: Row, ns):
     row.hole(jt.micros_width(ns), jt.put_micros, ns)
 
 
-def _track_ts(row: _Row, tr, ns, tracks):
+def _track_ts(row: Row, tr, ns, tracks):
     """',' + the "pid"/"tid" text of track ids ``tr`` (JsonWriter's track texts) + ',"ts":'
     and the MONOTONIC ns as microseconds."""
     row.const(b",")
-    row.hole(int(tracks[2][tr].max()), _gather, tracks[1], tr)
+    row.hole(int(tracks[2][tr].max()), gather, tracks[1], tr)
     row.const(b',"ts":')
     _micros(row, ns)
 
@@ -69,7 +69,7 @@ def flow_starts(b, tracks) -> bytes:
         return b""
     at = np.array([p[0] for p in pairs], dtype=np.intp)
     ids = np.array([p[1] for p in pairs], dtype=np.int64) + JSON_FLOW_BASE + 1
-    row = _Row(SEP + b'{"ph":"s",' + _FLOW)
+    row = Row(SEP + b'{"ph":"s",' + _FLOW)
     _num(row, ids)
     _track_ts(row, b.track[at], b.start[at], tracks)
     row.const(b"}")
@@ -81,7 +81,7 @@ def _shape_text(r, rows, start, end, track, texts, name_ix, fn_ix, tracks) -> np
     name)."""
     e = r[rows]
     k, raw = int(e["kind"][0]), bool(e["raw"][0])
-    row = _Row(SEP + b'{"ph":"X","cat":"gpu","name":')
+    row = Row(SEP + b'{"ph":"X","cat":"gpu","name":')
     _text(row, texts, name_ix[rows])
     _track_ts(row, track[rows], start[rows], tracks)
     row.const(b',"dur":')
@@ -135,7 +135,7 @@ def _shape_text(r, rows, start, end, track, texts, name_ix, fn_ix, tracks) -> np
 
 
 def _flow_ends(rows, start, track, tracks) -> bytes:
-    row = _Row(SEP + b'{"ph":"f","bp":"e",' + _FLOW)
+    row = Row(SEP + b'{"ph":"f","bp":"e",' + _FLOW)
     _num(row, rows.astype(np.int64) + JSON_FLOW_BASE + 1)
     _track_ts(row, track[rows], start[rows], tracks)
     row.const(b"}")
@@ -150,11 +150,11 @@ def write_gpu_json(w, acts, flows=None, batch_rows: int = BATCH_ROWS) -> int:
         return 0
     start, end, order, track = layout(w.model, r)
     tracks = w.track_texts()
-    texts = _Texts()
+    texts = Texts()
     names, name_ix = activity_names(acts, r)
     fkey = (r["pid"].astype(np.int64) << 32) | r["launch_fn"].astype(np.int64)
     fu, fn_ix = np.unique(fkey, return_inverse=True)
-    texts.extend([_js(s) for s in names] + [_js(acts.launch_function(
+    texts.extend([js(s) for s in names] + [js(acts.launch_function(
         {"pid": k >> 32, "launch_fn": k & 0xFFFFFFFF})) for k in fu.tolist()])
     fn_ix = fn_ix.reshape(-1) + len(names)
     shape = ((r["kind"].astype(np.int64) << 8) | (r["raw"].astype(np.int64) << 4)
@@ -169,7 +169,7 @@ def write_gpu_json(w, acts, flows=None, batch_rows: int = BATCH_ROWS) -> int:
         parts = [(at, _shape_text(r, rows[at], start, end, track, texts, name_ix, fn_ix,
                                   tracks))
                  for at in (np.flatnonzero(inv == j) for j in range(len(uniq)))]
-        w.raw(_interleave(len(rows), parts), len(rows))
+        w.raw(interleave(len(rows), parts), len(rows))
         m = rows[matched[rows]]
         if len(m):
             w.raw(_flow_ends(m, start, track, tracks), len(m))

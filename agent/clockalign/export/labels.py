@@ -9,6 +9,7 @@ The names themselves live in timeline/ (codes.py, events.py), so a trace, a repo
 """
 import numpy as np
 
+from ..store import cuda_api
 from ..store.schema import CUDA_FUNCTIONS, task_state_name  # noqa: F401 (re-exported)
 from ..timeline.codes import cuda_result_name, errno_name, signal_name, xid_name  # noqa: F401
 from ..timeline.events import decode_comm, decode_sockaddr
@@ -25,8 +26,7 @@ def data_str(raw) -> str:
     return bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-def cuda_function_name(fid: int) -> str:
-    return CUDA_FUNCTIONS.get(int(fid), (f"cuda_fn_{int(fid)}",))[0]
+cuda_function_name = cuda_api.function_name    # the one spelling: "cuda_fn_N" when unknown
 
 
 def connect_result(ret: int) -> str:

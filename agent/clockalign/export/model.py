@@ -13,6 +13,7 @@ CUDA call that puts work on a stream is a second row, on its stream's track.
 import numpy as np
 
 from ..store import cuda_api
+from ..store.kinds import CALL_KINDS, KINDS, SPAN_KINDS
 from ..store.meta import target_label
 from ..store.schema import CUDA_FUNCTIONS, Kind, task_state_name
 from . import labels
@@ -38,6 +39,12 @@ def _stream_luts():
 
 
 _STREAM_SLOT, _STREAM_PER_THREAD = _stream_luts()
+_CALLS = np.asarray(CALL_KINDS, dtype=np.int64)
+_SPANS = np.asarray(SPAN_KINDS, dtype=np.int64)
+# base track class per kind (_base_tracks), from the table's track; unknown kinds: process
+_TRACK_CLASS = np.full(1 << 16, 2, dtype=np.int64)
+for _k, _s in KINDS.items():
+    _TRACK_CLASS[_k] = {"thread": 0, "offcpu": 1, "process": 2, "xid": 3}[_s.track]
 
 class TraceModel:
     """Turns a Timeline into batches of rows, and keeps the tracks and strings they use."""
@@ -166,7 +173,7 @@ class TraceModel:
         kind = ev["kind"]
         code = ev["code"].astype(np.int64)
         known = code < len(_STREAM_SLOT)
-        m = ((kind == Kind.CUDA) | (kind == Kind.CUDA_UNFINISHED)) & known
+        m = np.isin(kind, _CALLS) & known
         m[m] = _STREAM_SLOT[code[m]] >= 0
         return np.flatnonzero(m)
 
@@ -212,12 +219,9 @@ class TraceModel:
         kind = ev["kind"].astype(np.int64)
         start = ev["t_ns"].astype(np.int64)
         dur = np.maximum(ev["dur_ns"].astype(np.int64), 0)
-        is_slice = np.isin(kind, [Kind.CUDA, Kind.CUDA_UNFINISHED, Kind.CONNECT, Kind.SCHED])
+        is_slice = np.isin(kind, _SPANS)
         end = np.where(is_slice, start + dur, start)
-        cls = np.full(n, 2, dtype=np.int64)
-        cls[np.isin(kind, [Kind.CUDA, Kind.CUDA_UNFINISHED, Kind.CONNECT])] = 0
-        cls[kind == Kind.SCHED] = 1
-        cls[kind == Kind.XID] = 3
+        cls = _TRACK_CLASS[kind]
         base = self._base_tracks(ev[:n0], cls[:n0])
         if len(work):
             base = np.concatenate([base, self._stream_tracks(ev[n0:])])
@@ -235,7 +239,7 @@ class TraceModel:
             rows = np.flatnonzero(kind == k)
             sub = Columns(ev, order[rows])
             self.counts[k] = self.counts.get(k, 0) + int((~copy[rows]).sum())
-            if k in (Kind.CUDA, Kind.CUDA_UNFINISHED):
+            if k in CALL_KINDS:
                 cat[rows] = CAT["cuda"]
                 fids = sub["code"].astype(np.int64)
                 if k == Kind.CUDA:
@@ -250,9 +254,13 @@ class TraceModel:
                     name[rows] = nm
                     slots.put(5, rows, "result", V_STR,
                               self._str_ids(ret, labels.cuda_result_name))
-                else:
+                elif k == Kind.CUDA_UNFINISHED:
                     name[rows] = self._fn_name_ids(fids, " (unfinished)")
                     slots.put(5, rows, "running_ns", V_UINT, sub["dur_ns"])
+                else:                          # seen at its entry only: an instant
+                    name[rows] = self._fn_name_ids(fids)
+                    slots.put(5, rows, "result", V_STR, np.full(
+                        len(rows), self.strings.id("not seen (entry only)"), np.int64))
                 if k == Kind.CUDA:
                     self._note_kernels(sub, fids)
                 for f in np.unique(fids).tolist():

@@ -18,7 +18,7 @@ Hot path: packets of the bulk events are assembled with numpy (varbytes.py) from
 serialized by the Perfetto classes; everything else is built with the classes directly.
 
     with open("run.pftrace", "wb") as f:
-        stats = write_perfetto(tl, f)
+        stats = write_perfetto(tl, f)           # pipeline.export(tl, PerfettoWriter(f))
 """
 import numpy as np
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
@@ -28,10 +28,9 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 
 from ..store.counter_fields import FIELDS
 from . import varbytes as vb
-from .clocks import clock_snapshot
-from .gpu_tracks import LaunchFlows, write_gpu_activity
+from .gpu_tracks import write_gpu_activity
 from .model import TraceModel
-from .pipeline import stream
+from .pipeline import export
 from .rows import ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR, V_UINT
 
 MONOTONIC = BuiltinClock.BUILTIN_CLOCK_MONOTONIC
@@ -96,15 +95,35 @@ def _keep(parts: list, keep) -> list:
 
 
 class PerfettoWriter:
-    """Writes TracePackets to a binary file as they are made (bounded memory)."""
+    """Writes TracePackets to a binary file as they are made (bounded memory); a writer of
+    pipeline.export."""
 
-    def __init__(self, f, model: TraceModel):
+    CLOCK_BANDS = True            # each GPU clock's band as a counter track
+
+    def __init__(self, f):
         self.f = f
-        self.model = model
+        self.model = None
         self.bytes = 0
         self.packets = 0
         self._names = {}          # seq -> set of interned event-name string ids
         self._strs = {}           # seq -> set of interned string-value ids
+
+    def begin(self, model: TraceModel, tl, snap):
+        """The ClockSnapshot, on its own sequence."""
+        self.model = model
+        self.packet(TracePacket(trusted_packet_sequence_id=model.tracks.clock_seq,
+                                clock_snapshot=ClockSnapshot(clocks=[
+                                    ClockSnapshot.Clock(clock_id=cid, timestamp=ts)
+                                    for cid, ts in snap.clocks])))
+
+    def end(self, tl, snap):
+        pass
+
+    def stats(self) -> dict:
+        return {"packets": self.packets}
+
+    def gpu_activity(self, acts, flows) -> int:
+        return write_gpu_activity(self, acts, flows)
 
     def raw(self, blob: bytes, packets: int):
         self.f.write(blob)
@@ -219,7 +238,13 @@ class PerfettoWriter:
         return vb.flatten(begin + _keep(end, b.slice), n)
 
     # --- counters
-    def counters(self, gpu: int, rows):
+    def counters(self, cnt):
+        """Every GPU's counter samples, one GPU after another, each in time order."""
+        for g in np.unique(cnt["gpu"]).tolist():
+            rows = cnt[cnt["gpu"] == g]
+            self._gpu_counters(int(g), rows[np.argsort(rows["t_ns"], kind="stable")])
+
+    def _gpu_counters(self, gpu: int, rows):
         """One GPU's counter samples (sorted by time) on its group track's sequence."""
         if not len(rows):
             return
@@ -356,48 +381,6 @@ def _field_unit(f: int) -> str:
     return FIELDS.get(int(f), ("", ""))[:2][1]
 
 
-def gpu_clock_bands(tl, points: int = 400) -> dict:
-    """{"GPU<n>": (host t_ns, half-width ns)} of every fitted GPU domain, at ``points``
-    remote times from its first to its last sandwich (the band between bursts included)."""
-    from ..align.stats import int_grid
-    from ..store.schema import Chunk
-    gpu = tl.reader.columns(Chunk.GPU_CLOCK)
-    out = {}
-    for g in np.unique(gpu.get("gpu", np.zeros(0))).tolist():
-        name = f"GPU{g}"
-        if name not in tl.models:
-            continue
-        r = gpu["remote"][gpu["gpu"] == g].astype(np.int64)
-        t, u = tl.models[name].map(int_grid(r.min(), r.max(), points))
-        order = np.argsort(t, kind="stable")
-        out[name] = (t[order], u[order])
-    return out
-
-
 def write_perfetto(tl, f, progress=None, batch_rows=None) -> dict:
     """Stream the whole run into ``f`` (binary); returns counts for the CLI and tests."""
-    model = TraceModel(tl, **({"batch_rows": batch_rows} if batch_rows else {}))
-    faults = tl.faults()
-    model.set_chains(faults)
-    acts = tl.gpu_activity()
-    if len(acts):
-        model.gpu_flows = LaunchFlows(acts)
-    w = PerfettoWriter(f, model)
-    snap = clock_snapshot(tl)
-    w.packet(TracePacket(trusted_packet_sequence_id=model.tracks.clock_seq,
-                         clock_snapshot=ClockSnapshot(
-        clocks=[ClockSnapshot.Clock(clock_id=cid, timestamp=ts) for cid, ts in snap.clocks])))
-    stream(model, w, progress)
-    cnt = tl.counters()
-    if cnt is not None and len(cnt):
-        for g in np.unique(cnt["gpu"]).tolist():
-            rows = cnt[cnt["gpu"] == g]
-            w.counters(int(g), rows[np.argsort(rows["t_ns"], kind="stable")])
-    for name, (t, u) in gpu_clock_bands(tl).items():
-        w.clock_band(int(name[3:]), t, u)
-    w.faults(faults, model.unmatched_steps())
-    gpu_n = write_gpu_activity(w, acts, model.gpu_flows) if len(acts) else 0
-    return {"events": dict(model.counts), "packets": w.packets, "bytes": w.bytes,
-            "tracks": len(model.tracks.all), "faults": len(faults), "gpu_activity": gpu_n,
-            "gpu_flows": int(model.gpu_flows.matched.sum()) if model.gpu_flows else 0,
-            "counters": 0 if cnt is None else len(cnt), "clock_snapshot": snap.describe()}
+    return export(tl, PerfettoWriter(f), progress, batch_rows)

@@ -1,7 +1,22 @@
-"""The export pipeline: a TraceModel's batches through a format's writer, encoded on other
-threads, written in order.
+"""The export driver: one run through a format's writer, the same steps for every format.
 
-    stats = stream(TraceModel(tl), writer, progress=bar.update)
+    stats = export(tl, PerfettoWriter(f))           # or JsonWriter(f) (chrome_json.py)
+
+export() builds the TraceModel, finds the faults and the GPU launch flows, then calls the
+writer in this order; a writer is a class with these methods:
+
+    begin(model, tl, snap)      the file's head (snap: clocks.clock_snapshot)
+    prepare(batch) -> ctx       per batch, on this thread: new tracks, interned strings
+    encode(batch, ctx) -> bytes per batch, on an encoder thread (stream() below)
+    count(batch)                per batch, after its prepare
+    counters(rows)              every GPU counter sample (timeline counters(), by time)
+    clock_band(gpu, t, u)       each fitted GPU clock's band, where CLOCK_BANDS is true
+    faults(faults, unmatched)   fault instants and the flows of their chains
+    gpu_activity(acts, flows)   the GPU executions of a --gpu-activity run -> how many
+    end(tl, snap)               the file's tail
+    stats() -> dict             what only this format counts (packets, records)
+
+and keeps ``f`` (the binary file) and ``bytes`` (written so far).
 """
 import os
 
@@ -51,3 +66,34 @@ def stream(model, writer, progress=None, workers: int = None):
         finally:
             for _, fut, _ in pending:
                 fut.cancel()
+
+
+def export(tl, writer, progress=None, batch_rows: int = None) -> dict:
+    """Write the run behind Timeline ``tl`` through ``writer``; returns what was written."""
+    import numpy as np
+
+    from .clocks import clock_snapshot, gpu_clock_bands
+    from .gpu_tracks import LaunchFlows
+    from .model import TraceModel
+    model = TraceModel(tl, **({"batch_rows": batch_rows} if batch_rows else {}))
+    faults = tl.faults()
+    model.set_chains(faults)
+    acts = tl.gpu_activity()
+    if len(acts):
+        model.gpu_flows = LaunchFlows(acts)
+    snap = clock_snapshot(tl)
+    writer.begin(model, tl, snap)
+    stream(model, writer, progress)
+    cnt = tl.counters()
+    if cnt is not None and len(cnt):
+        writer.counters(cnt)
+    if writer.CLOCK_BANDS:
+        for name, (t, u) in gpu_clock_bands(tl).items():
+            writer.clock_band(int(name[3:]), t, u)
+    writer.faults(faults, model.unmatched_steps())
+    gpu_n = writer.gpu_activity(acts, model.gpu_flows) if len(acts) else 0
+    writer.end(tl, snap)
+    return {"events": dict(model.counts), **writer.stats(), "bytes": writer.bytes,
+            "tracks": len(model.tracks.all), "faults": len(faults), "gpu_activity": gpu_n,
+            "gpu_flows": int(np.sum(model.gpu_flows.matched)) if model.gpu_flows else 0,
+            "counters": 0 if cnt is None else len(cnt), "clock_snapshot": snap.describe()}

@@ -41,6 +41,13 @@ def cuda_table(cuda, unfinished=None) -> list:
     return rows
 
 
+def entry_counts(entries) -> dict:
+    """{function: calls} of the calls seen at their entry only (CUDA_ENTRY), busiest first."""
+    fns, n = np.unique(np.asarray(entries["fn"], dtype=np.int64), return_counts=True)
+    rows = sorted(zip(n.tolist(), fns.tolist()), key=lambda r: (-r[0], r[1]))
+    return {labels.cuda_function_name(f): c for c, f in rows}
+
+
 def offcpu_in_calls(cuda, sched) -> dict:
     """Off-CPU time inside CUDA calls: per call (aligned with cuda rows) and summed.
 
@@ -170,16 +177,16 @@ def alignment(tl) -> list:
     """Per clock domain: the fit's summary, its budget and series for the figure."""
     out = []
     counter_lat = None
-    cols = tl.reader.columns(Chunk.COUNTERS)
+    cols = tl.columns(Chunk.COUNTERS)
     if len(cols.get("latency_ns", ())):
         counter_lat = cols["latency_ns"].astype(np.int64)
     sw = {}
-    cpu = tl.reader.columns(Chunk.CPU_CLOCK)
+    cpu = tl.columns(Chunk.CPU_CLOCK)
     for d in np.unique(cpu.get("domain", np.zeros(0))).tolist():
         name = ClockDomain(d).name if d in ClockDomain._value2member_map_ else f"CPU{d}"
         m = cpu["domain"] == d
         sw[name] = (cpu["t0"][m], cpu["remote"][m], cpu["t1"][m])
-    gpu = tl.reader.columns(Chunk.GPU_CLOCK)
+    gpu = tl.columns(Chunk.GPU_CLOCK)
     for g in np.unique(gpu.get("gpu", np.zeros(0))).tolist():
         m = gpu["gpu"] == g
         sw[f"GPU{g}"] = (gpu["t0"][m], gpu["remote"][m], gpu["t1"][m])
@@ -212,7 +219,7 @@ def gpu_clock_pairs(tl) -> list:
     """Every probed GPU's timer against the first one's (align/compare.py): skew, offset
     and how well a time of one is known against a time of the other."""
     from ..align.compare import compare
-    gpu = tl.reader.columns(Chunk.GPU_CLOCK)
+    gpu = tl.columns(Chunk.GPU_CLOCK)
     names = [f"GPU{g}" for g in np.unique(gpu.get("gpu", np.zeros(0))).tolist()]
     names = [n for n in names if n in tl.models]
     out = []

@@ -11,7 +11,8 @@ import numpy as np
 
 from ..export import labels
 from ..store import cuda_api
-from ..store.schema import Kind
+from ..store.kinds import ENTRY_KINDS
+from ..store.schema import KIND_NAMES, Kind
 
 _CUDA = ("t", "dur", "tid", "fn", "ret", "pid", "a0", "bytes")
 # per function id: the slot holding the bytes moved, set or allocated (-1: none)
@@ -28,6 +29,7 @@ def _bytes(e) -> np.ndarray:
         m = slot == j
         out[m] = e[f"a{j}"][m]
     return out
+_ENTRY = ("t", "tid", "fn", "pid")
 _SCHED = ("t", "dur", "tid", "pre", "wake", "state")
 _CONN = ("t", "dur", "tid", "ret", "peer")
 
@@ -38,6 +40,7 @@ class Collected:
     def __init__(self):
         self.cuda = {}
         self.unfinished = {}
+        self.entries = {}         # calls seen at their entry only: no duration, no result
         self.sched = {}
         self.connect = {}
         self.peers = []           # connect["peer"] indexes this list
@@ -57,14 +60,14 @@ def _sorted_columns(chunks) -> dict:
 
 
 def collect(tl, progress=None) -> Collected:
-    parts = {"cuda": [], "unfinished": [], "sched": [], "connect": []}
+    parts = {"cuda": [], "unfinished": [], "entries": [], "sched": [], "connect": []}
     peer_ids = {}
     out = Collected()
     for ev in tl.iter_events():
         out.events += len(ev)
         kinds, counts = np.unique(ev["kind"], return_counts=True)
         for k, c in zip(kinds.tolist(), counts.tolist()):
-            name = Kind(k).name.lower() if k in Kind._value2member_map_ else str(k)
+            name = KIND_NAMES.get(k, str(k))
             out.counts[name] = out.counts.get(name, 0) + c
         for kind, key in ((Kind.CUDA, "cuda"), (Kind.CUDA_UNFINISHED, "unfinished")):
             e = ev[ev["kind"] == kind]
@@ -77,6 +80,10 @@ def collect(tl, progress=None) -> Collected:
                 lk = e[np.isin(e["code"], _LOOKUPS) & (e["ret"] == 0)]
                 for p, h, raw in zip(lk["pid"].tolist(), lk["a0"].tolist(), lk["data"]):
                     out.kernels[(p, h)] = labels.data_str(raw)
+        e = ev[np.isin(ev["kind"], ENTRY_KINDS)]
+        if len(e):
+            parts["entries"].append({"t": e["t_ns"].copy(), "tid": e["tid"].copy(),
+                                     "fn": e["code"].copy(), "pid": e["pid"].copy()})
         e = ev[ev["kind"] == Kind.SCHED]
         if len(e):
             parts["sched"].append({"t": e["t_ns"].copy(), "dur": e["dur_ns"].copy(),
@@ -97,7 +104,8 @@ def collect(tl, progress=None) -> Collected:
                                      "peer": ids[idx]})
         if progress:
             progress(len(ev))
-    empty = {"cuda": _CUDA, "unfinished": _CUDA, "sched": _SCHED, "connect": _CONN}
+    empty = {"cuda": _CUDA, "unfinished": _CUDA, "entries": _ENTRY, "sched": _SCHED,
+             "connect": _CONN}
     for key, chunks in parts.items():
         if chunks:
             cols = _sorted_columns(chunks)

@@ -6,6 +6,7 @@
     ev = run.events()                   # numpy array of EVENT_DTYPE, all chunks
     run.columns(Chunk.GPU_CLOCK)        # dict of concatenated numpy columns
     for cols in run.iter_columns(Chunk.EVENTS): ...   # one chunk at a time, bounded memory
+    run.decodes                         # Counter {Chunk: columnar chunks decoded so far}
 
 Reads formats 1 and 2 (store/writer.py).  Every chunk is checked when the file is opened
 (mark, known type, a length inside the file, checksum, a payload of the shape its type
@@ -14,6 +15,7 @@ flipped byte costs one chunk, not the rest of the run.  Checksums are computed o
 mapped file in slices whose pages are given back, so a chunk that declares a huge length
 costs no memory; only a chunk that checks is ever decoded.
 """
+import collections
 import mmap
 import os
 import zlib
@@ -142,6 +144,8 @@ class RunReader:
         self.header_damaged = None
         self.decode_errors = []
         self.xid_messages = XidMessages()
+        # columnar chunks decoded (decompressed), by type: what one command costs in decoding
+        self.decodes = collections.Counter()
         pos = self._read_header(meta_len)
         self.chunk_count = self._scan(pos)
 
@@ -344,9 +348,14 @@ class RunReader:
         return {name: np.frombuffer(raw, dtype=np.dtype(dt))
                 for name, (dt, raw) in payload["cols"].items()}
 
-    def iter_columns(self, ctype: int):
-        """Yield {name: ndarray} per chunk of one type, decoding one chunk at a time."""
-        for off, payload in self._payloads(ctype):
+    def iter_columns(self, ctype: int, want=None):
+        """Yield {name: ndarray} per chunk of one type, decoding one chunk at a time;
+        ``want(i)``, asked just before the i-th chunk of the type, can skip it undecoded."""
+        for i, (off, plen) in enumerate(self._index.get(ctype, [])):
+            if want is not None and not want(i):
+                continue
+            payload = self._unpack(off, plen)
+            self.decodes[ctype] += 1
             yield self.decode_payload(payload, off - CHUNK.size)
 
     def count_rows(self, ctype: int) -> int:
@@ -384,6 +393,7 @@ class RunReader:
         records are taken out into self.xid_messages: xid_messages.of(row) gives an Xid's
         whole message (iter_columns(Chunk.EVENTS) shows the records as they are)."""
         for off, payload in self._payloads(Chunk.EVENTS):
+            self.decodes[Chunk.EVENTS] += 1
             if "codec" not in payload:
                 out = self.as_events(self.decode_payload(payload))
             else:

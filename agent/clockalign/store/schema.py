@@ -57,7 +57,7 @@ class TcpCode(enum.IntEnum):
 
 KIND_NAMES = {k: k.name.lower() for k in Kind}
 
-XID_PART_LEN = 96   # bpf/probes.c CA_XID_PART_LEN: the bytes of a record from a0 on
+XID_PART_LEN = 96   # bpf/clockalign.h CA_XID_PART_LEN: the bytes of a record from a0 on
 
 # ca_event, 128 bytes, little endian, no implicit padding (see bpf/clockalign.h).
 EVENT_DTYPE = np.dtype([

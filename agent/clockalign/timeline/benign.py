@@ -69,7 +69,7 @@ def match_connect(peer: str, err: int):
 
 
 def _matches(r, c) -> np.ndarray:
-    """Failing CUDA calls (collect()'s arrays) with rule r's code from a function of its role."""
+    """Failing CUDA calls (fault_events.Collector's arrays) with rule r's code from a function of its role."""
     m = c["ret"].astype(np.int64) == r.code
     if r.role:
         m &= np.isin(c["code"].astype(np.int64), cuda_api.ids(r.role))
@@ -87,7 +87,7 @@ def thread_rule_calls(c) -> np.ndarray:
 
 
 def classify_cuda(c, deaths: dict, after_any, after_tid):
-    """(keep, matched): keep[i] False where failing CUDA call i of collect()'s arrays is
+    """(keep, matched): keep[i] False where failing CUDA call i of fault_events.Collector's arrays is
     benign; matched = [(Rule, i)].  ``deaths``: pid -> its exit (fault_sources);
     ``after_any(pid, x)`` / ``after_tid(pid, tid, x)``: the first successful CUDA call of
     the process / of the thread starting at or after x, as (t, end, tid), or None."""

@@ -8,6 +8,13 @@ through the alignment models of clockalign.align, each mapped time with its unce
         ...
     c = tl.counters(fields=["sm_clock"])
     for f in tl.faults(): print(f.kind, f.name, f.t_ns, f.unc_ns)
+
+Decoding: each pass over the events decodes every EVENTS chunk once, and the first full pass
+of any query also gathers what the Timeline needs of the whole run (its span and thread
+names; the events faults are made of, timeline/fault_events.Collector), so those cost no
+pass of their own.  Clock sandwiches and counter samples (``columns``) are decoded once
+and kept: they grow with the run's length, not with its events.  ``reader.decodes``
+counts the chunks decoded.
 """
 import numpy as np
 
@@ -17,6 +24,7 @@ from ..store.devices import Devices
 from ..store.reader import RunReader
 from ..store.schema import Chunk, Kind
 from .events import TIMELINE_DTYPE, decode_comm, decode_xid, select, to_timeline
+from .fault_events import Collector
 
 COUNTER_DTYPE = np.dtype([
     ("gpu", "u1"),
@@ -28,6 +36,7 @@ COUNTER_DTYPE = np.dtype([
 ])
 
 REFERENCE = "MONOTONIC"
+SIDE_CHUNKS = (Chunk.CPU_CLOCK, Chunk.GPU_CLOCK, Chunk.COUNTERS)
 
 class Timeline:
     """Query API over one run (see docs/timeline-api.md for the contract)."""
@@ -39,6 +48,8 @@ class Timeline:
         self.truncated = reader.truncated
         self._models = models
         self._index = None
+        self._fault_data = None
+        self._side = {}
         self._faults = None
         self._gpu_events = None
         self._devices = None
@@ -67,7 +78,7 @@ class Timeline:
                                   "stamps are usable, other domains are not mapped")
             else:
                 try:
-                    fits = fit_run(self.reader)
+                    fits = fit_run(self)
                 except ClockalignError as e:
                     # BPF stamps are MONOTONIC already: faults and events stay usable
                     self._models = {}
@@ -122,53 +133,54 @@ class Timeline:
             return int(t[0]), int(u[0])
         return t, u
 
-    # ------------------------------------------------------------------ index pass
-    def _ensure_index(self):
-        """One pass over the events: span of the run and thread names."""
-        if self._index is not None:
-            return self._index
-        lo, hi = None, None
-        names = {}   # tid -> [(t, comm)]
-        pids = {}
-        for row in self.reader.rows(Chunk.THREADS):
-            tid = int(row["tid"])
-            names.setdefault(tid, []).append((int(row.get("t_ns") or 0), str(row["comm"])))
-            pids[tid] = int(row["pid"])
-        name_kinds = np.array([Kind.THREAD_NEW, Kind.THREAD_NAME], dtype=np.uint16)
+    # ------------------------------------------------------------------ decoding
+    def columns(self, ctype) -> dict:
+        """{name: ndarray} of every chunk of a side type (SIDE_CHUNKS: CPU and GPU clock
+        sandwiches, counter samples), decoded once and kept."""
+        if ctype not in SIDE_CHUNKS:
+            raise ValueError(f"Timeline.columns serves {SIDE_CHUNKS}, not {ctype!r}: "
+                             "events stream through iter_events")
+        if ctype not in self._side:
+            self._side[ctype] = self.reader.columns(ctype)
+        return self._side[ctype]
+
+    def rows(self, ctype) -> list:
+        """The rows of a row chunk type (THREADS, CLOCK_INFO, ...), as the reader has them."""
+        return self.reader.rows(ctype)
+
+    def _raw_events(self):
+        """Every EVENTS chunk as EVENT_DTYPE (XID_MSG parts taken out), decoded once; the
+        whole-run folds still missing ride along and are kept once the pass reaches the
+        end (a pass left early keeps nothing)."""
+        folds = []
+        if self._index is None:
+            folds.append(("_index", _IndexFold(self)))
+        if self._fault_data is None:
+            folds.append(("_fault_data", Collector()))
         for ev in self.reader.iter_events():
-            if not len(ev):
-                continue
-            ts = ev["ts"].astype(np.int64)
-            end = ts + ev["dur"].astype(np.int64)
-            lo = int(ts.min()) if lo is None else min(lo, int(ts.min()))
-            hi = int(end.max()) if hi is None else max(hi, int(end.max()))
-            for e in ev[np.isin(ev["kind"], name_kinds)]:
-                tid = int(e["tid"])
-                names.setdefault(tid, []).append((int(e["ts"]), decode_comm(e["data"])))
-                pids[tid] = int(e["pid"])
-            for e in ev[ev["kind"] == Kind.THREAD_EXIT]:
-                pids.setdefault(int(e["tid"]), int(e["pid"]))
-                tid = int(e["tid"])
-                if tid not in names:   # a thread seen only as it exited: its comm then
-                    names[tid] = [(int(e["ts"]), decode_comm(e["data"]))]
-        for ctype in (Chunk.CPU_CLOCK, Chunk.GPU_CLOCK):
-            for cols in self.reader.iter_columns(ctype):
-                if "t0" in cols and len(cols["t0"]):
-                    lo = int(cols["t0"].min()) if lo is None else min(lo, int(cols["t0"].min()))
-                    hi = int(cols["t1"].max()) if hi is None else max(hi, int(cols["t1"].max()))
-        v = (self.meta.get("clocks") or {}).get("MONOTONIC")   # the recorder's start snapshot
-        if isinstance(v, int) and v > 0:
-            lo = v if lo is None else min(lo, v)
-        if self.reader.trailer and isinstance(self.reader.trailer.get("t_ns"), int):
-            t = self.reader.trailer["t_ns"]
-            hi = t if hi is None else max(hi, t)
-        for tid in names:
-            names[tid].sort(key=lambda x: x[0])
-        if lo is None:
-            lo = hi if hi is not None else 0
-        self._index = {"start": lo, "end": hi if hi is not None else lo,
-                       "names": names, "pids": pids}
+            for _, f in folds:
+                f.feed(ev)
+            yield ev
+        for attr, f in folds:
+            if getattr(self, attr) is None:      # a nested pass may have finished first
+                setattr(self, attr, f.result())
+
+    def _whole_pass(self):
+        for _ in self._raw_events():
+            pass
+
+    def _ensure_index(self):
+        """Span of the run and thread names, from the first full pass over the events."""
+        if self._index is None:
+            self._whole_pass()
         return self._index
+
+    def fault_events(self) -> dict:
+        """The events faults are made of (timeline/fault_events.Collector), from the first
+        full pass over the events."""
+        if self._fault_data is None:
+            self._whole_pass()
+        return self._fault_data
 
     @property
     def start_ns(self) -> int:
@@ -209,7 +221,7 @@ class Timeline:
     # ------------------------------------------------------------------ events
     def iter_events(self, kinds=None, window=None, tids=None):
         """Yield TIMELINE_DTYPE arrays, one per EVENTS chunk (file order, bounded memory)."""
-        for ev in self.reader.iter_events():
+        for ev in self._raw_events():
             tev = to_timeline(ev)
             keep = select(tev, kinds, window, tids)
             if keep.any():
@@ -304,19 +316,18 @@ class Timeline:
                     want.append(FIELD_BY_NAME[f])
                 else:
                     want.append(int(f))
-        parts = []
-        for cols in self.reader.iter_columns(Chunk.COUNTERS):
-            keep = np.ones(len(cols["gpu"]), dtype=bool)
-            if gpu is not None:
-                keep &= cols["gpu"] == int(gpu)
-            if want is not None:
-                keep &= np.isin(cols["field"], np.asarray(want, dtype=np.uint16))
-            if keep.any():
-                parts.append({k: np.asarray(v)[keep] for k, v in cols.items()})
-        out = np.zeros(sum(len(p["gpu"]) for p in parts), dtype=COUNTER_DTYPE)
+        cols = self.columns(Chunk.COUNTERS)
+        if not cols:
+            return np.zeros(0, dtype=COUNTER_DTYPE)
+        keep = np.ones(len(cols["gpu"]), dtype=bool)
+        if gpu is not None:
+            keep &= cols["gpu"] == int(gpu)
+        if want is not None:
+            keep &= np.isin(cols["field"], np.asarray(want, dtype=np.uint16))
+        out = np.zeros(int(keep.sum()), dtype=COUNTER_DTYPE)
         if not len(out):
             return out
-        cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        cols = {k: np.asarray(v)[keep] for k, v in cols.items()}
         latency = cols["latency_ns"].astype(np.int64)
         t_real = cols["t_real_ns"].astype(np.int64)
         if "REALTIME" in self.models:
@@ -341,12 +352,9 @@ class Timeline:
     def _freshest_receipt(self) -> int:
         """min(recv_mono_ns - t_real_ns) over every counter row of the run (mixed clocks:
         only differences from it mean something)."""
-        lo = None
-        for cols in self.reader.iter_columns(Chunk.COUNTERS):
-            d = cols["recv_mono_ns"].astype(np.int64) - cols["t_real_ns"].astype(np.int64)
-            if len(d):
-                lo = int(d.min()) if lo is None else min(lo, int(d.min()))
-        return lo or 0
+        cols = self.columns(Chunk.COUNTERS)
+        d = cols["recv_mono_ns"].astype(np.int64) - cols["t_real_ns"].astype(np.int64)
+        return int(d.min()) if len(d) else 0
 
     @staticmethod
     def field_name(fid: int) -> str:
@@ -366,3 +374,60 @@ class Timeline:
         if isinstance(kinds, str):
             kinds = [kinds]
         return [f for f in self._faults if f.kind in set(kinds)]
+
+
+class _IndexFold:
+    """The run's span and thread names, fed every events chunk of a pass in file order."""
+
+    NAME_KINDS = np.array([Kind.THREAD_NEW, Kind.THREAD_NAME], dtype=np.uint16)
+
+    def __init__(self, tl):
+        self.tl = tl
+        self.lo, self.hi = None, None
+        self.names = {}   # tid -> [(t, comm)]
+        self.pids = {}
+        for row in tl.rows(Chunk.THREADS):
+            tid = int(row["tid"])
+            self.names.setdefault(tid, []).append((int(row.get("t_ns") or 0), str(row["comm"])))
+            self.pids[tid] = int(row["pid"])
+
+    def _span(self, lo: int, hi: int):
+        self.lo = lo if self.lo is None else min(self.lo, lo)
+        self.hi = hi if self.hi is None else max(self.hi, hi)
+
+    def feed(self, ev):
+        if not len(ev):
+            return
+        ts = ev["ts"].astype(np.int64)
+        end = ts + ev["dur"].astype(np.int64)
+        self._span(int(ts.min()), int(end.max()))
+        names, pids = self.names, self.pids
+        for e in ev[np.isin(ev["kind"], self.NAME_KINDS)]:
+            tid = int(e["tid"])
+            names.setdefault(tid, []).append((int(e["ts"]), decode_comm(e["data"])))
+            pids[tid] = int(e["pid"])
+        for e in ev[ev["kind"] == Kind.THREAD_EXIT]:
+            pids.setdefault(int(e["tid"]), int(e["pid"]))
+            tid = int(e["tid"])
+            if tid not in names:   # a thread seen only as it exited: its comm then
+                names[tid] = [(int(e["ts"]), decode_comm(e["data"]))]
+
+    def result(self) -> dict:
+        tl = self.tl
+        for ctype in (Chunk.CPU_CLOCK, Chunk.GPU_CLOCK):
+            cols = tl.columns(ctype)
+            if "t0" in cols and len(cols["t0"]):
+                self._span(int(cols["t0"].min()), int(cols["t1"].max()))
+        lo, hi = self.lo, self.hi
+        v = (tl.meta.get("clocks") or {}).get("MONOTONIC")   # the recorder's start snapshot
+        if isinstance(v, int) and v > 0:
+            lo = v if lo is None else min(lo, v)
+        if tl.reader.trailer and isinstance(tl.reader.trailer.get("t_ns"), int):
+            t = tl.reader.trailer["t_ns"]
+            hi = t if hi is None else max(hi, t)
+        for tid in self.names:
+            self.names[tid].sort(key=lambda x: x[0])
+        if lo is None:
+            lo = hi if hi is not None else 0
+        return {"start": lo, "end": hi if hi is not None else lo,
+                "names": self.names, "pids": self.pids}

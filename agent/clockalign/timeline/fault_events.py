@@ -1,16 +1,15 @@
 """The events faults are made of, read in two passes with memory that follows the number of
-failing calls, not the run: collect() keeps the failing CUDA calls and connect()s, Xids,
-exits and fatal signals; next_successes() then finds, for each failing call, the successful
-calls its chain can end on, and keeps only those.
+failing calls, not the run: Collector keeps the failing CUDA calls and connect()s, Xids,
+exits and fatal signals (riding on the Timeline's first pass); next_successes() then finds,
+for each failing call, the successful calls its chain can end on, and keeps only those.
 
-    data = collect(tl)                       # {"cuda": ..., "connect": ..., "other": ...}
-    nexts = next_successes(tl, data["cuda"], data["connect"])
+    data = tl.fault_events()                 # {"cuda": ..., "connect": ..., "other": ...}
+    nexts = next_successes(tl, data["cuda"], data["connect"], data["spans"])
 """
 import errno
 
 import numpy as np
 
-from ..store.reader import RunReader
 from ..store.schema import Chunk, Kind
 from .codes import FATAL_SIGNALS
 from .events import to_timeline
@@ -36,39 +35,55 @@ def peer_keys(data, alen) -> np.ndarray:
     return raw.view("V56").ravel()
 
 
-def collect(tl) -> dict:
-    """The events faults are made of, in one pass, keeping only what can make a fault: failing
-    CUDA calls and connect()s, Xids, exits, deaths and fatal signals.  Successful calls are
-    many (they are most of a run) and are not kept: ``next_successes`` finds the few the
-    chains need in a second pass, so memory follows the number of errors, not the run."""
-    cuda, conn, other = [], [], []
-    for cols in tl.reader.iter_columns(Chunk.EVENTS):
-        k, ret = cols["kind"], cols["ret"]
+class Collector:
+    """The first pass: fed every events chunk in file order (EVENT_DTYPE, its XID_MSG parts
+    already taken by the reader), it keeps only what can make a fault: failing CUDA calls
+    and connect()s, Xids, exits, deaths and fatal signals.  Successful calls are many (they
+    are most of a run) and are not kept: ``next_successes`` finds the few the chains need
+    in a second pass, so memory follows the number of errors, not the run.  It rides on
+    the Timeline's first full pass over the events (timeline/core.py), so it costs no
+    decoding of its own; per chunk it also notes the span of the successful calls, so the
+    second pass decodes only the chunks that can hold an answer."""
+
+    def __init__(self):
+        self.cuda, self.conn, self.other = [], [], []
+        self.spans = {Kind.CUDA: [], Kind.CONNECT: []}   # per chunk: (first, last) ts or None
+
+    def feed(self, ev: np.ndarray):
+        k, ret = ev["kind"], ev["ret"]
+        for kind, spans in self.spans.items():
+            t = ev["ts"][(k == kind) & (ret == 0)]
+            spans.append((int(t.min()), int(t.max())) if len(t) else None)
         m = (k == Kind.CUDA) & (ret != 0)
         if m.any():
-            cuda.append({"t_ns": cols["ts"][m].astype(np.int64),
-                         "dur_ns": cols["dur"][m].astype(np.int64),
-                         **{n: cols[n][m] for n in _CUDA_COLS}})
+            self.cuda.append({"t_ns": ev["ts"][m].astype(np.int64),
+                              "dur_ns": ev["dur"][m].astype(np.int64),
+                              **{n: ev[n][m] for n in _CUDA_COLS}})
         m = ((k == Kind.CONNECT) & _failed_connect(ret.astype(np.int64))) | (
             np.isin(k, _OTHER_KINDS)
-            & ((k != Kind.THREAD_EXIT) | (cols["code"] == 1))
-            & ((k != Kind.SIGNAL) | (np.isin(ret, _FATAL) & np.isin(cols["code"], _DELIVERED))))
-        m |= k == Kind.XID_MSG          # an Xid's message, kept by the reader
+            & ((k != Kind.THREAD_EXIT) | (ev["code"] == 1))
+            & ((k != Kind.SIGNAL) | (np.isin(ret, _FATAL) & np.isin(ev["code"], _DELIVERED))))
         if m.any():
-            ev = tl.reader.xid_messages.take(RunReader.as_events({n: v[m] for n, v in cols.items()}))
-            ev = to_timeline(ev)
-            n = ev["kind"] == Kind.CONNECT
+            e = to_timeline(ev[m])
+            n = e["kind"] == Kind.CONNECT
             if n.any():
-                conn.append(ev[n])
+                self.conn.append(e[n])
             if (~n).any():
-                other.append(ev[~n])
-    cat = lambda parts, n: np.concatenate([p[n] for p in parts])  # noqa: E731
-    out = {"cuda": {n: cat(cuda, n) for n in ("t_ns", "dur_ns") + _CUDA_COLS} if cuda else None,
-           "connect": np.concatenate(conn) if conn else None,
-           "other": np.concatenate(other) if other else None}
-    if out["other"] is not None:
-        out["other"] = out["other"][np.argsort(out["other"]["t_ns"], kind="stable")]
-    return out
+                self.other.append(e[~n])
+
+    def result(self) -> dict:
+        """{"cuda": columns of the failing calls, "connect", "other": TIMELINE_DTYPE rows
+        ("other" by time), "spans": per kind, each chunk's successful calls' span}."""
+        cuda, conn, other = self.cuda, self.conn, self.other
+        cat = lambda parts, n: np.concatenate([p[n] for p in parts])  # noqa: E731
+        out = {"cuda": {n: cat(cuda, n) for n in ("t_ns", "dur_ns") + _CUDA_COLS}
+               if cuda else None,
+               "connect": np.concatenate(conn) if conn else None,
+               "other": np.concatenate(other) if other else None,
+               "spans": self.spans}
+        if out["other"] is not None:
+            out["other"] = out["other"][np.argsort(out["other"]["t_ns"], kind="stable")]
+        return out
 
 
 def _among(a: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -118,18 +133,28 @@ class _FirstAfter:
         if all(v[1].all() for v in self.q.values()):
             self.hi = max(int(v[2][0].max()) for v in self.q.values())
 
+    def could_improve(self, a: int, b: int) -> bool:
+        """Whether a call starting in [a, b] could answer some pair better than now."""
+        for x, found, best in self.q.values():
+            t = np.maximum(x, a)
+            if ((t <= b) & (~found | (t < best[0]))).any():
+                return True
+        return False
+
     def get(self, key: int, x: int):
         x_, found, best = self.q[key]
         i = int(np.searchsorted(x_, x))
         return (int(best[0, i]), int(best[1, i]), int(best[2, i])) if found[i] else None
 
 
-def next_successes(tl, cuda, connect, thread_calls=None) -> dict:
+def next_successes(tl, cuda, connect, thread_calls=None, spans=None) -> dict:
     """Second pass: the successful calls that end the chains.  For each failing call, the
     first success of the same op (function or peer) of its process at or after its return,
     and the first success of any op there (``_Calls`` asks for exactly these); for the
     failing CUDA calls where ``thread_calls`` is True, also the first success of the same
-    thread (timeline/benign.py's rules ask for it).
+    thread (timeline/benign.py's rules ask for it).  ``spans`` (Collector's) lets it skip,
+    undecoded, each chunk whose successful calls could answer no failing call better than
+    the chunks before it did.
     -> {sort: (by (pid << 32 | op), by pid, op of each failing call, by (pid << 32 | tid)
     or None)}"""
     out, peers, by_tid = {}, {}, {}
@@ -150,7 +175,15 @@ def next_successes(tl, cuda, connect, thread_calls=None) -> dict:
                      by_tid.get(kind))
     if not out:
         return out
-    for cols in tl.reader.iter_columns(Chunk.EVENTS):
+    def want(i):
+        for kind, (by_op, by_pid, _, by_thread) in out.items():
+            span = spans[kind][i]
+            if span is not None and any(f is not None and f.could_improve(*span)
+                                        for f in (by_op, by_pid, by_thread)):
+                return True
+        return False
+
+    for cols in tl.reader.iter_columns(Chunk.EVENTS, None if spans is None else want):
         ok = cols["ret"] == 0
         for kind, (by_op, by_pid, _, by_thread) in out.items():
             rows = np.flatnonzero(ok & (cols["kind"] == kind))

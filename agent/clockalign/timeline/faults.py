@@ -42,7 +42,7 @@ from ..store.schema import Kind
 from . import benign
 from .fault import KINDS, Fault  # noqa: F401 (the record, re-exported)
 from .fault_chains import connect_calls, cuda_calls, split_benign_connects
-from .fault_events import collect, next_successes
+from .fault_events import next_successes
 from .fault_sources import death_faults, link_xids, throttle_faults, xid_faults
 
 _RANK = {k: i for i, k in enumerate(KINDS)}
@@ -50,11 +50,12 @@ _RANK = {k: i for i, k in enumerate(KINDS)}
 
 def find_faults(tl) -> list:
     """Every fault of the Timeline tl, numbered 1.. in time order, chains resolved to ids."""
-    data = collect(tl)
+    data = dict(tl.fault_events())
     data["connect"], conn_benign = split_benign_connects(data["connect"])
     c = data["cuda"]
     nexts = next_successes(tl, c, data["connect"],
-                           benign.thread_rule_calls(c) if c is not None else None)
+                           benign.thread_rule_calls(c) if c is not None else None,
+                           spans=data["spans"])
     deathf, deaths = death_faults(tl, data["other"])
     cuda_benign = []
     if c is not None:

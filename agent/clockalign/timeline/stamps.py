@@ -14,30 +14,16 @@ readers that want to reason about it.
 """
 import numpy as np
 
-from ..store.schema import Kind
+from ..store.kinds import KINDS
 
-# kind -> (probe type, stamping uncertainty of the clock read in ns)
-STAMPS = {
-    Kind.CUDA: ("uprobe", 0),             # entry uprobe; dur from the uretprobe
-    Kind.CUDA_UNFINISHED: ("uprobe", 0),
-    Kind.CUDA_ENTRY: ("uprobe", 0),       # entry uprobe only (--cuda-returns blocking)
-    Kind.CONNECT: ("tracepoint", 0),      # syscalls:sys_enter_connect / sys_exit_connect
-    Kind.SCHED: ("tracepoint", 0),        # sched:sched_switch
-    Kind.XID: ("tracepoint", 0),          # nvidia:nvidia_dev_xid
-    Kind.XID_MSG: ("tracepoint", 0),      # the same Xid's message, same stamp
-    Kind.THREAD_NEW: ("tracepoint", 0),   # sched:sched_process_fork
-    Kind.THREAD_NAME: ("tracepoint", 0),  # task:task_rename
-    Kind.THREAD_EXIT: ("tracepoint", 0),  # sched:sched_process_exit
-    Kind.PROC_EXIT: ("tracepoint", 0),    # syscalls:sys_enter_exit_group
-    Kind.SIGNAL: ("tracepoint", 0),       # signal:signal_generate
-    Kind.TCP: ("tracepoint", 0),          # tcp:tcp_send_reset / tcp_receive_reset / ...
-}
+# kind -> (probe type, stamping uncertainty of the clock read in ns), from the table of kinds
+STAMPS = {k: (spec.source, 0) for k, spec in KINDS.items()}
 STAMP_UNC_NS = {k: unc for k, (_, unc) in STAMPS.items()}
 
 # Measured trap latency of a uprobe (time from the probed instruction to the stamp).
 PROBE_LATENCY_NS = {"uprobe": {"H200 host": 750, "nested-virt dev VM": 9000}}
 
-_TABLE = np.zeros(max(int(k) for k in Kind) + 1, dtype=np.int64)
+_TABLE = np.zeros(max(int(k) for k in KINDS) + 1, dtype=np.int64)
 for _k, _u in STAMP_UNC_NS.items():
     _TABLE[int(_k)] = _u
 

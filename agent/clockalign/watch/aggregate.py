@@ -20,8 +20,9 @@ import numpy as np
 from ..store import cuda_api
 from ..store.counter_fields import CLOCK_REASONS, FIELD_BY_NAME
 from ..store.event_text import cstring, decode_sockaddr
+from ..store.kinds import ENTRY_KINDS
 from ..store.devices import bus_key
-from ..store.schema import Chunk, Kind, TcpCode
+from ..store.schema import KIND_NAMES, Chunk, Kind, TcpCode
 from ..timeline import benign
 from ..timeline.codes import cuda_result_name, errno_name
 from .histogram import (CONNECT_BOUNDS_NS, CUDA_CALL_BOUNDS_NS, MODULE_LOAD_BOUNDS_NS,
@@ -35,6 +36,7 @@ MAX_PIDS = 256              # distinct pid label values (followed children can b
 EXITED_KEEP_NS = 300_000_000_000
 MAX_PEERS = 64              # distinct connect() peers
 MAX_RESULTS = 64            # distinct CUDA results / errno names
+ENTRY_ONLY = "ENTRY_ONLY"   # the result label of a call recorded at its entry only
 MAX_PENDING = 1024          # allocation failures waiting for the free-memory sample after them
 STALE_NS = 5_000_000_000    # no sample that long after the call (counters off): not judged
 FREE_SAMPLES = 600          # free-memory samples kept per GPU (60 s at the 0.1 s default)
@@ -48,7 +50,6 @@ OOM = 2                     # CUDA_ERROR_OUT_OF_MEMORY
 CONNECT_NOT_ERRORS = ("EINPROGRESS", "EALREADY", "EISCONN")
 # a connect() failing as a known probe expects (timeline/benign.py: nscd, MPS): not an error
 KNOWN_PROBE = "known_probe"
-ENTRY_ONLY = "entry_only"           # --cuda-returns blocking: the return is not probed
 _BYTES_SLOT = {f.id: f.slot("bytes") for f in cuda_api.FUNCTIONS.values() if f.allocates}
 _DEVICE_SLOT = {f.id: f.slot("device") for f in cuda_api.FUNCTIONS.values()
                 if f.allocates and f.slot("device") is not None}
@@ -249,15 +250,13 @@ class Aggregator:
             return
         present = {}
         for k, n in zip(*np.unique(kind, return_counts=True)):
-            self.events[Kind(k).name.lower() if k in Kind._value2member_map_ else str(k)] += \
-                int(n)
+            self.events[KIND_NAMES.get(int(k), str(k))] += int(n)
             present[int(k)] = int(n)
         # each kind's row numbers (a batch of one kind, the usual launch-heavy one, is taken
         # whole: no gather of its columns)
         sel = {k: np.flatnonzero(kind == k) if 0 < present.get(k, 0) < len(kind)
                else np.arange(present.get(k, 0))
-               for k in (Kind.CUDA, Kind.CUDA_ENTRY, Kind.SCHED, Kind.CONNECT, Kind.TCP,
-                         Kind.XID)}
+               for k in (Kind.CUDA, Kind.SCHED, Kind.CONNECT, Kind.TCP, Kind.XID) + ENTRY_KINDS}
 
         def rows(k, fields):
             whole = present.get(k) == len(kind)
@@ -265,8 +264,9 @@ class Aggregator:
         if present.get(Kind.CUDA):
             self._cuda(rows(Kind.CUDA, ("ts", "dur", "pid", "code", "ret", "a0", "a1", "a2",
                                         "a3", "a4")))
-        if present.get(Kind.CUDA_ENTRY):
-            self._cuda_entry(rows(Kind.CUDA_ENTRY, ("ts", "pid", "code")))
+        for k in ENTRY_KINDS:
+            if present.get(k):
+                self._cuda_entries(rows(k, ("ts", "pid", "code")))
         if present.get(Kind.SCHED):
             self._sched(rows(Kind.SCHED, ("dur", "pid", "code", "a0", "a3")))
         for i in sel[Kind.CONNECT]:
@@ -308,14 +308,14 @@ class Aggregator:
             if int(e["ret"][i]) == OOM:
                 self._alloc_refused(pid, fid, e, i)
 
-    def _cuda_entry(self, e):
-        """Calls recorded at entry only (--cuda-returns blocking): counted, with the result
-        label entry_only; no duration."""
+    def _cuda_entries(self, e):
+        """Calls recorded at their entry only (record --cuda-returns blocking): counted as
+        calls, result ENTRY_ONLY; no duration to observe."""
         self._latest_ns = max(self._latest_ns, int(e["ts"].max()))
         self.cuda_calls_seen += len(e["ts"])
-        for (pid, fid, _), n in _call_counts(e["pid"], e["code"], np.zeros_like(e["code"])):
-            self.cuda_calls[(self._pid(str(pid)), cuda_api.function_name(fid),
-                             ENTRY_ONLY)] += n
+        for (pid, fid, _), n in _call_counts(e["pid"], e["code"], np.zeros(len(e["ts"]),
+                                                                           np.int32)):
+            self.cuda_calls[(self._pid(str(pid)), cuda_api.function_name(fid), ENTRY_ONLY)] += n
 
     def _sched(self, e):
         inside = e["a3"] != 0
@@ -467,7 +467,8 @@ class Aggregator:
     def status_text(self) -> str:
         with self._lock:
             calls = self.cuda_calls_seen
-            failed = sum(n for (_, _, r), n in self.cuda_calls.items() if r != "CUDA_SUCCESS")
+            failed = sum(n for (_, _, r), n in self.cuda_calls.items()
+                         if r not in ("CUDA_SUCCESS", ENTRY_ONLY))
             allocs = sum(self.alloc_failures.values())
         return (f"cuda calls {calls} ({failed} failed, {allocs} allocation failures)  "
                 f"scrapes {self.scrapes}")

@@ -58,8 +58,9 @@ DCGM_NAMES = {
 GPU_LABELS = ["gpu", "UUID", "device", "modelName"]
 
 HELP = {
-    "cuda_calls": "CUDA driver calls that returned, by result (CUDA_SUCCESS or the CUresult "
-                  "name of cuda.h).",
+    "cuda_calls": "CUDA driver calls, by result: CUDA_SUCCESS or the CUresult name of cuda.h "
+                  "for calls that returned, ENTRY_ONLY for calls recorded at their entry only "
+                  "(record --cuda-returns blocking: their return is not probed).",
     "cuda_duration": "Time from a CUDA driver call's entry to its return.",
     "offcpu": "Time target threads spent off CPU while inside a probed CUDA driver call: "
               "preempted (runnable, another task took the CPU) or blocked (slept, e.g. a "

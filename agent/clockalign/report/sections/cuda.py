@@ -22,11 +22,17 @@ def calls(ctx) -> Section:
     unf = len(data.unfinished["t"])
     fig = figures.cuda_latency(data.cuda, ct, ctx.out_dir)
     nums = {"cuda": ct}
-    if not ct:
+    entries = analysis.entry_counts(data.entries)
+    if entries:
+        nums["cuda_entry_only"] = entries
+    if not ct and not entries:
         return Section("CUDA calls", *_NONE, nums, figure(fig))
     extra = ("\nErrors (faults and benign notes: the Faults section):\n\n" + "\n".join(errs_md)
              + "\n" if errs else "") + (
-        f"\n{unf} call(s) were still running when the recording stopped.\n" if unf else "")
+        f"\n{unf} call(s) were still running when the recording stopped.\n" if unf else "") + (
+        "\nCalls recorded at their entry only (their return not probed: no latency, no "
+        "result): " + ", ".join(f"{k} x{v}" for k, v in entries.items()) + ".\n"
+        if entries else "")
     n_err = sum(r["errors"] for r in ct)
     return Section("CUDA calls",
                    t.text(limit=10, what="functions")

@@ -1,0 +1,114 @@
+"""Chrome JSON records as rows of a byte matrix, built by shape: the machinery the event
+rows (chrome_json.py) and the GPU executions (gpu_json.py) share.
+
+Bulk rows are built by shape (same kind, name and annotations): a shape's rows share one
+template row, and only what varies (thread, times, values) is written into its holes,
+numbers right-aligned with leading spaces and strings padded after their closing quote
+(JSON allows whitespace between tokens).  The batch is then one matrix of rows, each
+row padded with spaces after its closing brace, written out as it is.  A rare shape much
+wider than the rest is written between the matrix's rows rather than widening them all.
+
+    row = Row(SEP + b'{"ph":"X","name":"k","ts":')
+    row.hole(micros_width(ts), put_micros, ts)       # jsontext.py
+    row.const(b"}")
+    blob = interleave(len(ts), [(np.arange(len(ts)), row.build(len(ts)))])
+"""
+import json
+
+import numpy as np
+
+SEP = b",\n"
+SP = 32
+WIDE_SHARE = 64        # shapes holding at most 1/64 of a batch may be wider than the matrix
+
+
+def js(s) -> bytes:
+    return json.dumps(s, ensure_ascii=False).encode()
+
+
+class Texts:
+    """Byte strings by id, exact (``items``) and space-padded in a matrix for gathering
+    (``b``, lengths ``n``).  Grows in place: a snapshot taken before growth stays valid for
+    the ids it had, so encoder threads can use one while the main thread adds more."""
+
+    def __init__(self):
+        self.items = []
+        self.b = np.full((64, 8), SP, dtype=np.uint8)
+        self.n = np.zeros(64, dtype=np.int64)
+
+    def extend(self, texts):
+        if not texts:
+            return
+        start = len(self.items)
+        self.items.extend(texts)
+        need, w = len(self.items), max(len(t) for t in texts)
+        if need > len(self.n) or w > self.b.shape[1]:
+            cap = max(need, 2 * len(self.n))
+            b = np.full((cap, max(w, self.b.shape[1])), SP, dtype=np.uint8)
+            b[:start, :self.b.shape[1]] = self.b[:start]
+            n = np.zeros(cap, dtype=np.int64)
+            n[:start] = self.n[:start]
+            self.b, self.n = b, n
+        for i, t in enumerate(texts, start):
+            self.b[i, :len(t)] = np.frombuffer(t, dtype=np.uint8)
+            self.n[i] = len(t)
+
+    def snapshot(self):
+        return self.items, self.b, self.n
+
+
+class Row:
+    """A template row with holes: ``const`` bytes, ``hole(width, fill, *args)`` where
+    ``fill(dst, *args)`` writes the hole of every row (dst: uint8 (rows, width))."""
+
+    def __init__(self, head: bytes):
+        self.tpl = bytearray(head)
+        self.holes = []
+
+    def const(self, data: bytes):
+        self.tpl += data
+
+    def hole(self, width: int, fill, *args):
+        self.holes.append((len(self.tpl), width, fill, args))
+        self.tpl += b" " * width
+
+    def build(self, rows: int) -> np.ndarray:
+        m = np.empty((rows, len(self.tpl)), dtype=np.uint8)
+        m[:] = np.frombuffer(bytes(self.tpl), dtype=np.uint8)
+        for off, w, fill, args in self.holes:
+            fill(m[:, off:off + w], *args)
+        return m
+
+
+def gather(dst, table, idx):
+    dst[:] = table[idx, :dst.shape[1]]
+
+
+def interleave(n: int, shapes: list):
+    """One batch's rows in row order from its shapes' matrices: one matrix as wide as the
+    shapes that hold most rows, and the rows of rare wider shapes written between its rows."""
+    if len(shapes) == 1 and len(shapes[0][0]) == n:
+        return shapes[0][1].reshape(-1)
+    by_width = sorted(shapes, key=lambda s: -s[1].shape[1])
+    wide, spare = [], n // WIDE_SHARE
+    for s in by_width[:-1]:
+        if len(s[0]) > spare:
+            break
+        wide.append(s)
+        spare -= len(s[0])
+    width = by_width[len(wide)][1].shape[1]
+    mat = np.full((n, width), SP, dtype=np.uint8)
+    for rows, m in by_width[len(wide):]:
+        mat[rows, :m.shape[1]] = m
+    if not wide:
+        return mat.reshape(-1)
+    at = np.concatenate([rows for rows, _ in wide])
+    texts = [m[i] for _, m in wide for i in range(len(m))]
+    pieces, prev = [], 0
+    for k in np.argsort(at, kind="stable").tolist():
+        r = int(at[k])
+        pieces.append(mat[prev:r].reshape(-1))
+        pieces.append(texts[k])
+        prev = r + 1
+    pieces.append(mat[prev:].reshape(-1))
+    return b"".join(pieces)

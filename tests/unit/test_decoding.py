@@ -1,0 +1,81 @@
+"""How often each command decodes a chunk (RunReader.decodes), on a recording of ~300k calls.
+
+dump decodes each EVENTS chunk once: the yardstick.  report decodes each about once (its
+own pass carries the Timeline's span, names and fault events; the fault chains' second
+pass decodes only the chunks that can end a chain).  export needs the fault chains and the
+thread names before its first row, so it reads the events twice (the first pass, then the
+output), plus those few chunks.  Clock sandwiches and counters are decoded once a command.
+"""
+import pytest
+
+from clockalign.cli import dump as dump_cmd
+from clockalign.export import export_run
+from clockalign.report import build_report
+from clockalign.store.reader import RunReader
+from clockalign.store.schema import Chunk
+from clockalign.timeline import Timeline
+
+SIDE = (Chunk.CPU_CLOCK, Chunk.GPU_CLOCK, Chunk.COUNTERS)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from tests.synthetic import make_run
+    path = str(tmp_path_factory.mktemp("decoding") / "run.ca")
+    info = make_run(path, n_events=385_000, duration_s=20)
+    assert 290_000 <= info["counts"]["cuda"] <= 310_000
+    return path
+
+
+@pytest.fixture(scope="module")
+def chunks(run):
+    r = RunReader(run)
+    return {c: len(list(r.chunk_sizes(c))) for c in Chunk}
+
+
+def _dump_decodes(run, out, monkeypatch) -> dict:
+    readers = []
+
+    class Counting(RunReader):
+        def __init__(self, path):
+            super().__init__(path)
+            readers.append(self)
+    monkeypatch.setattr(dump_cmd, "RunReader", Counting)
+    dump_cmd.command.main([run, "-o", str(out)], standalone_mode=False)
+    (r,) = readers
+    return r.decodes
+
+
+def test_dump_decodes_each_events_chunk_once(run, chunks, monkeypatch, tmp_path):
+    d = _dump_decodes(run, tmp_path / "dump.jsonl", monkeypatch)
+    assert dict(d) == {Chunk.EVENTS: chunks[Chunk.EVENTS]}
+
+
+def test_report_decodes_each_chunk_about_once(run, chunks, tmp_path):
+    tl = Timeline.open(run)
+    build_report(tl, str(tmp_path / "rep"))
+    d = tl.reader.decodes
+    assert chunks[Chunk.EVENTS] <= d[Chunk.EVENTS] <= 1.25 * chunks[Chunk.EVENTS], dict(d)
+    for c in SIDE:
+        assert d[c] == chunks[c], (c, dict(d))
+
+
+@pytest.mark.parametrize("fmt", ["perfetto", "chrome-json"])
+def test_export_decodes_events_twice_at_most_and_the_rest_once(run, chunks, tmp_path, fmt):
+    tl = Timeline.open(run)
+    export_run(tl, str(tmp_path / "out"), fmt)
+    d = tl.reader.decodes
+    assert 2 * chunks[Chunk.EVENTS] <= d[Chunk.EVENTS] <= 2.25 * chunks[Chunk.EVENTS], dict(d)
+    for c in SIDE:
+        assert d[c] == chunks[c], (c, dict(d))
+
+
+def test_an_early_stop_keeps_no_partial_index(run):
+    """A pass left early (the caller breaks) must not leave a half-read span behind."""
+    tl = Timeline.open(run)
+    for _ in tl.iter_events():
+        break
+    n = tl.reader.decodes[Chunk.EVENTS]
+    assert tl._index is None and tl._fault_data is None and n == 1
+    assert tl.end_ns > tl.start_ns
+    assert tl.reader.decodes[Chunk.EVENTS] == n + len(list(tl.reader.chunk_sizes(Chunk.EVENTS)))
