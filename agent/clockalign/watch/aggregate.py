@@ -117,7 +117,7 @@ class Aggregator:
         self.gpus = []
         self.armed = False
         self.closed = False
-        self.scrapes = 0                                # set by the collector
+        self.scrapes = 0                                # set by the server (watch/server.py)
         self._xid_from_bpf = False
         self._pci = {}
         self._free = {}                                 # gpu -> deque[(t_from, t_to, bytes)]
