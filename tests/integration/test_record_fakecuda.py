@@ -295,6 +295,77 @@ def test_two_pids_in_one_recording(fakecuda, tmp_path):
         check_workload(ev[ev["pid"] == info["pid"]], info)
 
 
+def kill_once_loading(rec, target, timeout=120):
+    """Kill ``target`` once the recorder has created its first BPF map: it is compiling
+    and loading the program, so the target ends before any probe of it is armed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert rec.poll() is None, rec.communicate()
+        try:
+            fds = os.listdir(f"/proc/{rec.pid}/fd")
+        except OSError:
+            fds = []
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{rec.pid}/fd/{fd}") == "anon_inode:bpf-map":
+                    target.kill()
+                    target.wait()
+                    return
+            except OSError:
+                pass
+        time.sleep(0.002)
+    raise AssertionError("the recorder created no BPF map")
+
+
+def test_target_that_ends_while_the_probes_are_armed(fakecuda, tmp_path):
+    """One sentence, exit 1, no perf-event fallback (its per-process link was refused with
+    ESRCH because the process is gone, not because the kernel lacks uprobe_multi)."""
+    target = start_waiting_target(fakecuda)
+    out = tmp_path / "gone.ca"
+    rec = record_pid(fakecuda, out, target.pid)
+    try:
+        kill_once_loading(rec, target)
+        _, err = rec.communicate(timeout=120)
+    finally:
+        for p in (target, rec):
+            if p.poll() is None:
+                p.kill()
+    assert rec.returncode == 1, err
+    assert "Traceback" not in err and "uprobe_multi links unavailable" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"clockalign: process {target.pid} ended before the probes were "
+                           "armed (arming took ") and last.endswith(
+        f" s): nothing of it was recorded ({out} holds no event)"), err
+    assert sum(f"process {target.pid} ended" in ln for ln in err.splitlines()) == 1
+    r = RunReader(out)
+    assert r.clean and r.trailer["reason"] == "target ended before the probes were armed"
+    assert not any(r.trailer["counts"].values())
+    arming = r.trailer["arming"]
+    assert 0 < arming["probes_armed_s"] <= arming["total_s"]
+    assert arming["bpf_compile_load_s"] > 0 and "cuda_links_s" in arming
+
+
+def test_one_of_two_targets_ends_while_arming(fakecuda, tmp_path):
+    """The other is recorded whole; the one that ended is named once; exit 0."""
+    gone, stays = start_waiting_target(fakecuda), start_waiting_target(fakecuda)
+    out = tmp_path / "one.ca"
+    rec = subprocess.Popen(clockalign_cmd("record", "--pid", str(gone.pid), "--pid",
+                                          str(stays.pid), "-o", str(out), *BASE),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env_for(fakecuda))
+    kill_once_loading(rec, gone)
+    info, err = release_and_finish(stays, rec, out)
+    assert f"clockalign: process {gone.pid} ended before the probes were armed" in err
+    assert "uprobe_multi links unavailable" not in err
+    armed = [ln for ln in err.splitlines() if ln.startswith("clockalign: probes armed in ")]
+    assert len(armed) == 1 and "BPF compile and load" in armed[0], err
+    r = RunReader(out)
+    assert r.clean and r.trailer["reason"] == "target exited"
+    ev = r.events()
+    assert gone.pid not in set(ev["pid"].tolist())
+    check_workload(ev[ev["pid"] == stays.pid], info)
+
+
 def test_faults_of_a_recording(fakecuda, listener, tmp_path):
     """The stand-in's failing calls and a refused connect come out of `clockalign faults`."""
     open_port, closed_port = listener
