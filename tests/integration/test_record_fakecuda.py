@@ -239,6 +239,54 @@ def test_sigterm_leaves_clean_file_and_sigkill_a_readable_one(fakecuda, tmp_path
         target.wait()
 
 
+PACER = """
+import ctypes, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()
+period, t = 1.0 / float(sys.argv[2]), time.monotonic()
+while True:
+    lib.cuLaunchKernel(ctypes.c_void_p(0x3000), 1, 1, 1, 32, 1, 1, 0, None, None, None)
+    t += period
+    time.sleep(max(0.0, t - time.monotonic()))
+"""
+SIGKILL_LOSS_S = 0.15      # README: the last 14-63 ms on the VM (results/sigkill)
+
+
+def test_sigkill_loses_only_the_last_batch(fakecuda, tmp_path):
+    """A target calling cuLaunchKernel 500 times a second, recorded and the recorder killed
+    with SIGKILL: the truncated file keeps every call up to within SIGKILL_LOSS_S of the
+    kill (a recorder that flushed every 250 ms lost up to 300 ms; one that never flushed
+    would keep none of these calls: they fit in the file's 8 KiB buffer)."""
+    for _ in range(2):
+        pacer = subprocess.Popen([sys.executable, "-c", PACER, str(fakecuda / "libcuda.so.1"),
+                                  "500"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True)
+        out = tmp_path / "killed.ca"
+        try:
+            assert pacer.stdout.readline().strip() == "ready"
+            rec = record_pid(fakecuda, out, pacer.pid)
+            wait_for_file(out)
+            pacer.stdin.write("go\n")
+            pacer.stdin.flush()
+            t_go = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            time.sleep(1.5)
+            t_kill = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            rec.send_signal(signal.SIGKILL)
+            rec.communicate(timeout=30)
+        finally:
+            pacer.kill()
+            pacer.wait()
+        r = RunReader(out)
+        assert not r.clean and r.truncated
+        ev = r.events()
+        calls = ev[(ev["kind"] == Kind.CUDA) & (ev["pid"] == pacer.pid) & (ev["ts"] >= t_go)]
+        assert len(calls) > 300, len(calls)                     # 1.5 s at 500/s, kept
+        lost_s = (t_kill - int((calls["ts"] + calls["dur"]).max())) / 1e9
+        assert lost_s < SIGKILL_LOSS_S, f"the last {lost_s * 1000:.0f} ms were lost"
+        out.unlink()
+
+
 def test_bad_input_one_sentence_each(fakecuda, tmp_path):
     p = run_clockalign("record", "--pid", "999999", "-o", str(tmp_path / "x.ca"), *BASE)
     assert p.returncode != 0
