@@ -163,10 +163,14 @@ class MetricsServer:
     def _accept_loop(self):
         while not self._stop.is_set():
             for key, _ in self._sel.select(TICK_S):
-                if key.fileobj is self._sock:
-                    self._accept()
-                else:
-                    self._read_head(key.fileobj)
+                try:
+                    if key.fileobj is self._sock:
+                        self._accept()
+                    else:
+                        self._read_head(key.fileobj)
+                except OSError:        # one connection's trouble never stops the serving
+                    if key.fileobj is not self._sock and key.fileobj in self._idle:
+                        self._close_idle(key.fileobj)
             now = time.monotonic()
             for conn in [c for c, (end, _, _) in self._idle.items() if end <= now]:
                 self._close_idle(conn)
