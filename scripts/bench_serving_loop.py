@@ -15,15 +15,23 @@ Part "attach" (one warm process, every configuration in every round, order rotat
   empty_entry            an empty BPF program on the entry of every function clockalign
                          probes (uprobe_multi, this pid): the trap alone
   empty_pair             empty programs on entry and return: two traps
+  empty_entry_at / empty_pair_at   the same at clockalign's probe points (past a leading
+                         endbr64 where the kernel emulates the next instruction, prologue.py)
   profiler               torch.profiler (CPU + CUDA activities) in the loop (SIGUSR1/2)
+Part "duty": each of record_cuda, record, record_blocking, watch, watch_blocking attached
+once with --cuda-duty 0.5 (CUDA probes armed half of every --duty-period): armed halves
+against the detached halves beside them, in one process and one recording.
 Part "activity" (--gpu-activity needs spawn mode): one loop started under
 `clockalign record --gpu-activity`, whose CUPTI library switches what it collects between
 windows through its control file (CLOCKALIGN_CUPTI_CTL): off, everything (the default),
 activity without the launch callbacks, callbacks only, kernels only, graph-level trace.
 
 Per window: tokens/s from the loop's own log, its loop thread's CPU ns per token, and for
-recordings the CUDA calls per token by function.  Ratios are per round, against the same
-round's plain (or 'off') window; medians and min-max over rounds.
+recordings the CUDA calls per token by function.  A plain window comes before every
+--plain-every configurations; each window's ratio is over the mean of the plain (or 'off')
+windows just before and after it, since the loop's own rate drifts; medians and min-max over
+windows.  torch.profiler goes last, paired with plain windows: once used, it may leave CUPTI
+behind in the process.
 
     sudo python3 scripts/bench_serving_loop.py --out results/serving-loop/h200-1
     sudo .venv/bin/python scripts/bench_serving_loop.py --standin --out /tmp/sl --rounds 3
@@ -59,6 +67,8 @@ ATTACH = {  # name: (kind, extra args)
     "watch_blocking": ("watch", ["--cuda-returns", "blocking"]),
     "empty_entry": ("empty", [False]),
     "empty_pair": ("empty", [True]),
+    "empty_entry_at": ("empty", [False, "at"]),
+    "empty_pair_at": ("empty", [True, "at"]),
     "profiler": ("profiler", []),
 }
 # CLOCKALIGN_CUPTI_MODE bits (native/ca_gpu_wire.h CA_MODE_*)
@@ -92,6 +102,18 @@ def read_log(path):
             if len(p) >= 3:
                 out.append(tuple(int(x) for x in p))
     return out
+
+
+def interp_rate(samples, t0, t1):
+    """Tokens/s over [t0, t1] from the loop's cumulative token count, interpolated linearly
+    between its per-request lines (a window may be shorter than a request)."""
+    import numpy as np
+    if len(samples) < 2 or t0 < samples[0][0] or t1 > samples[-1][0] or t1 <= t0:
+        return None
+    t = np.array([x[0] for x in samples], dtype=np.float64)
+    k = np.array([x[1] for x in samples], dtype=np.float64)
+    a, b = np.interp([t0, t1], t, k)
+    return (b - a) / ((t1 - t0) / 1e9)
 
 
 def window_rate(samples, t0, t1):
@@ -154,6 +176,9 @@ class Attached:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 self.port = s.getsockname()[1]
+            if name.startswith("duty"):         # its run file holds the armed windows
+                self.out = Path(tmp) / f"{name}-{now_ns()}.ca"
+                extra = [*extra, "-o", str(self.out)]
             self.proc = subprocess.Popen(clockalign("watch", "--pid", str(pid), "--listen",
                                                     f"127.0.0.1:{self.port}", "--quiet",
                                                     *extra),
@@ -161,7 +186,7 @@ class Attached:
             self._wait(lambda: "clockalign_probes_armed 1.0" in self._metrics())
         elif self.kind == "empty":
             from clockalign.capture.uprobe_multi import link_uprobe_multi
-            fd_prog, path, offs = empty
+            fd_prog, path, offs = empty[extra[1] if len(extra) > 1 else "entry"]
             for ret in ([True, False] if extra[0] else [False]):
                 self.fds.append(link_uprobe_multi(fd_prog, path, offs,
                                                   list(range(len(offs))), ret, pid=pid))
@@ -218,11 +243,11 @@ def calls_in(path, t0, t1):
     return dict(by), tr.get("drops") or {}
 
 
-def first_instructions(lib, symbols, n=3):
-    """{symbol: [its first n instructions]} by objdump, where objdump is there."""
-    import shutil
-    if not shutil.which("objdump"):
-        return {}
+def first_instructions(lib, symbols):
+    """{symbol: {bytes, first, probed, skip, emulated}}: each function's first bytes, its
+    first instruction and the one clockalign probes (capture/prologue.py), no disassembler
+    needed (the GPU hosts have none)."""
+    from clockalign.capture import prologue
     from clockalign.capture.bpfprog import import_bcc
     BPF = import_bcc().BPF
     out = {}
@@ -231,23 +256,12 @@ def first_instructions(lib, symbols, n=3):
             path, off = BPF._check_path_symbol(lib, s, 0, -1)
         except Exception:
             continue
-        d = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"--start-address={off}",
-                            f"--stop-address={off + 24}", lib], capture_output=True, text=True)
-        ins = [ln.split("\t", 1)[-1].strip() for ln in d.stdout.splitlines()
-               if ln.strip() and ":\t" in ln]
-        out[s] = ins[:n]
+        code = prologue.read_code(path.decode() if isinstance(path, bytes) else path, off)
+        skip = prologue.entry_skip(code)
+        probed, emu = prologue.first_instruction(code[skip:])
+        out[s] = {"bytes": code[:8].hex(" "), "first": prologue.first_instruction(code)[0],
+                  "probed": probed, "skip": skip, "emulated": emu}
     return out
-
-
-def emulated(first: str) -> str:
-    """How Linux (arch/x86/kernel/uprobes.c) runs a probed first instruction: push/jmp/call
-    /jcc/nop are emulated in the trap; anything else is single-stepped out of line (a
-    second trap)."""
-    op = first.split()[0] if first else ""
-    if op.startswith("push") or op in ("jmp", "call", "nop", "endbr64") or (
-            op.startswith("j") and op != "jmp"):
-        return "emulated" if op != "endbr64" else "endbr64: single-stepped"
-    return "single-stepped"
 
 
 def summarize(xs):
@@ -258,12 +272,18 @@ def summarize(xs):
 
 
 def per_round(windows, cfg, ref, key="rate"):
+    """Each cfg window's value over the mean of the ref windows just before and just after
+    it in time (the loop's rate drifts; neighbours cancel the drift)."""
+    refs = sorted((w["t0"], w[key]) for w in windows if w["config"] == ref and w.get(key))
     rs = []
-    for rnd in sorted({w["round"] for w in windows}):
-        a = [w[key] for w in windows if w["round"] == rnd and w["config"] == cfg and w.get(key)]
-        p = [w[key] for w in windows if w["round"] == rnd and w["config"] == ref and w.get(key)]
-        if a and p:
-            rs.append(a[0] / p[0])
+    for w in windows:
+        if w["config"] != cfg or not w.get(key):
+            continue
+        before = [v for t, v in refs if t < w["t0"]][-1:]
+        after = [v for t, v in refs if t > w["t0"]][:1]
+        near = before + after
+        if near:
+            rs.append(w[key] / (sum(near) / len(near)))
     return summarize(rs)
 
 
@@ -288,33 +308,52 @@ def part_attach(args, tmp, deadline):
     BPF = import_bcc().BPF
     empty_bpf = BPF(text="int e(void *ctx) { return 0; }")
     fn = empty_bpf.load_func("e", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
-    offs = set()
+    from clockalign.capture import prologue
+    path = BPF._check_path_symbol(lib, "cuLaunchKernel", 0, -1)[0].decode()
+    offs, offs_at = set(), set()
     for f in cuda_api.FUNCTIONS.values():
         try:
-            offs.add(BPF._check_path_symbol(lib, f.symbol, 0, -1)[1])
+            off = BPF._check_path_symbol(lib, f.symbol, 0, -1)[1]
         except Exception:
-            pass
-    path = BPF._check_path_symbol(lib, "cuLaunchKernel", 0, -1)[0].decode()
-    empty = (fn.fd, path, sorted(offs))
+            continue
+        offs.add(off)
+        offs_at.add(off + prologue.entry_skip(prologue.read_code(path, off)))
+    empty = {"entry": (fn.fd, path, sorted(offs)), "at": (fn.fd, path, sorted(offs_at))}
     windows = []
+
+    def window(cfg, rnd):
+        att = Attached(cfg, loop.p.pid, tmp, lib, empty)
+        time.sleep(args.settle)
+        t0 = now_ns()
+        time.sleep(args.window)
+        t1 = now_ns()
+        w = {"config": cfg, "round": rnd, "t0": t0, "t1": t1, **att.stop()}
+        if att.out and att.out.exists():
+            w["calls"], w["drops"] = calls_in(att.out, t0, t1)
+            att.out.unlink()
+        windows.append(w)
+        print(f"  round {rnd} {cfg:22s} {w.get('summary', '')[:100]}", flush=True)
+        if cfg == "profiler":           # its stop() processes the trace: wait for the loop
+            wait_profiler_off(log)
+        time.sleep(0.3)
+
+    others = [c for c in configs if c not in ("plain", "profiler")]
     for rnd in range(args.rounds):
         if time.monotonic() > deadline:
             print(f"attach: time is up after {rnd} rounds", flush=True)
             break
-        k = rnd % len(configs)
-        for cfg in configs[k:] + configs[:k]:
-            att = Attached(cfg, loop.p.pid, tmp, lib, empty)
-            time.sleep(args.settle)
-            t0 = now_ns()
-            time.sleep(args.window)
-            t1 = now_ns()
-            w = {"config": cfg, "round": rnd, "t0": t0, "t1": t1, **att.stop()}
-            if att.out and att.out.exists():
-                w["calls"], w["drops"] = calls_in(att.out, t0, t1)
-                att.out.unlink()
-            windows.append(w)
-            print(f"  round {rnd} {cfg:22s} {w.get('summary', '')[:100]}", flush=True)
-            time.sleep(0.3)
+        k = rnd % len(others)
+        for i, cfg in enumerate(others[k:] + others[:k]):
+            if i % args.plain_every == 0:
+                window("plain", rnd)
+            window(cfg, rnd)
+    window("plain", args.rounds)
+    if "profiler" in configs:           # last: torch.profiler may leave CUPTI behind it
+        for i in range(args.profiler_pairs):
+            window("profiler", args.rounds + i)
+            window("plain", args.rounds + i)
+    import shutil
+    shutil.copy(log, Path(args.out) / "decode-attach.log")
     loop.stop()
     samples = read_log(log)
     for w in windows:
@@ -331,6 +370,87 @@ def part_attach(args, tmp, deadline):
             "first_instructions": firsts, "calls": dict(called)}
 
 
+def wait_profiler_off(log, timeout=120):
+    """Until the loop has logged a request with the profiler off again."""
+    t_end = time.monotonic() + timeout
+    while time.monotonic() < t_end:
+        rows = read_log(log)
+        if rows and len(rows[-1]) > 3 and rows[-1][3] == 0:
+            return
+        time.sleep(0.2)
+
+
+DUTY = {"duty_record_cuda": ("record", ATTACH["record_cuda"][1]),
+        "duty_record": ("record", []), "duty_record_blocking": ("record", ATTACH["record_blocking"][1]),
+        "duty_watch": ("watch", []), "duty_watch_blocking": ("watch", ATTACH["watch_blocking"][1])}
+
+
+def duty_windows(path):
+    """[(start_ns, end_ns)] of the armed windows a run file's trailer lists."""
+    from clockalign.store.reader import RunReader
+    return [tuple(w) for w in ((RunReader(path).trailer or {}).get("cuda_duty") or {})
+            .get("windows", [])]
+
+
+def part_duty(args, tmp, deadline):
+    """One configuration at a time attached for --duty-seconds with --cuda-duty 0.5: its CUDA
+    probes armed for half of every --duty-period and detached for the other half, in one
+    process and one recording.  Each armed half's rate over the mean of the detached halves
+    beside it is one ratio: dozens of pairs a minute, each pair seconds apart, so the host's
+    slow swings cancel (the windows of attach part are tens of seconds apart)."""
+    configs = [c for c in args.duty_configs.split(",") if c]
+    if args.standin:
+        from clockalign.workloads.standin import build
+        libdir, _ = build(str(tmp / "standin-duty"))
+        lib = os.path.join(libdir, "libcuda.so.1")
+    log = tmp / "decode-duty.log"
+    loop = Loop(args.loop_seconds, log, standin=lib if args.standin else None)
+    print(f"duty loop ready: {loop.info}", flush=True)
+    extra = ["--cuda-duty", "0.5", "--cuda-duty-period", str(args.duty_period)]
+    runs = []
+    for cfg in configs:
+        if time.monotonic() > deadline:
+            print(f"duty: time is up before {cfg}", flush=True)
+            break
+        kind, more = DUTY[cfg]
+        ATTACH[cfg] = (kind, [*more, *extra])
+        att = Attached(cfg, loop.p.pid, tmp, None, None)
+        time.sleep(min(args.duty_seconds, max(1.0, deadline - time.monotonic())))
+        res = att.stop()
+        res.update(config=cfg, windows=duty_windows(att.out) if att.out else [])
+        runs.append(res)
+        print(f"  {cfg:22s} {len(res['windows'])} armed windows; {res.get('summary', '')[:90]}",
+              flush=True)
+        time.sleep(1.0)
+    loop.stop()
+    import shutil
+    shutil.copy(log, Path(args.out) / "decode-duty.log")
+    samples = read_log(log)
+    margin = int(0.1 * args.duty_period * 1e9)      # a request that spans the switch
+    for r in runs:
+        on = [interp_rate(samples, a + margin, b) for a, b in r["windows"]]
+        off = [interp_rate(samples, b + margin, c)
+               for (_, b), (c, _) in zip(r["windows"], r["windows"][1:])]
+        ratios = []
+        for i, x in enumerate(on):
+            near = [v for v in off[max(0, i - 1):i + 1] if v]
+            if x and near:
+                ratios.append(x / (sum(near) / len(near)))
+        r["ratios"] = ratios
+        r["summary_ratio"] = summarize(ratios)
+        r["ci95"] = bootstrap_median_ci(ratios)
+    return {"period_s": args.duty_period, "seconds": args.duty_seconds, "runs": runs}
+
+
+def bootstrap_median_ci(xs, n=2000):
+    import random
+    if len(xs) < 5:
+        return None
+    rnd = random.Random(1)
+    meds = sorted(statistics.median(rnd.choices(xs, k=len(xs))) for _ in range(n))
+    return [meds[int(0.025 * n)], meds[int(0.975 * n)]]
+
+
 def part_activity(args, tmp, deadline):
     ctl = tmp / "cupti.ctl"
     ctl.write_text(str(ACTIVITY["activity_all"]))
@@ -341,13 +461,14 @@ def part_activity(args, tmp, deadline):
                 env={"CLOCKALIGN_CUPTI_CTL": str(ctl)})
     print(f"activity loop ready: {loop.info}", flush=True)
     modes = [m for m in args.activity.split(",") if m]
+    others = [m for m in modes if m != "off"]
     windows = []
     for rnd in range(args.rounds):
         if time.monotonic() > deadline:
             print(f"activity: time is up after {rnd} rounds", flush=True)
             break
-        k = rnd % len(modes)
-        for m in modes[k:] + modes[:k]:
+        k = rnd % len(others)
+        for m in [x for o in others[k:] + others[:k] for x in ("off", o)]:
             ctl.write_text(str(ACTIVITY[m]))
             time.sleep(0.25 + args.settle)      # the library looks every 100 ms
             t0 = now_ns()
@@ -356,6 +477,8 @@ def part_activity(args, tmp, deadline):
             windows.append({"config": m, "round": rnd, "t0": t0, "t1": t1})
             print(f"  round {rnd} {m}", flush=True)
     loop.stop()
+    import shutil
+    shutil.copy(log, Path(args.out) / "decode-activity.log")
     samples = read_log(log)
     for w in windows:
         w["rate"], w["cpu_ns_per_token"] = window_rate(samples, w["t0"], w["t1"])
@@ -410,7 +533,7 @@ def render(res) -> str:
     if at:
         L += [f"Loop: {json.dumps(at['loop'])}", "",
               f"{len(at['windows'])} windows of {res['window_s']} s, rotated rounds.", "",
-              "| configuration | tokens/s median (min-max) | per round ÷ plain, median (min-max) "
+              "| configuration | tokens/s median (min-max) | ÷ neighbouring plain, median (min-max) "
               "| CPU ns/token ÷ plain | calls/token | ns per call added |",
               "|---|---|---|---|---|---|"]
         w = at["windows"]
@@ -431,12 +554,27 @@ def render(res) -> str:
                      + (f"{mine['median']:.1f}" if mine else "") + f" | {added} |"
                      if s else f"| {c} | - | - | - | - | - |")
         L += ["", "Calls by function (all recorded windows) and first instructions:", "",
-              "| function | calls | first instructions | probed instruction |", "|---|---|---|---|"]
+              "| function | calls | first bytes | first instruction | probed at | "
+              "probed instruction in the trap |", "|---|---|---|---|---|---|"]
         for fnm, n in sorted(at["calls"].items(), key=lambda kv: -kv[1]):
-            fi = at["first_instructions"].get(fnm, [])
-            L.append(f"| {fnm} | {n} | {'; '.join(fi)} | {emulated(fi[0]) if fi else '?'} |")
+            fi = at["first_instructions"].get(fnm)
+            L.append(f"| {fnm} | {n} | " + (
+                f"{fi['bytes']} | {fi['first']} | +{fi['skip']} | {fi['probed']}: "
+                + ("emulated" if fi["emulated"] else "single-stepped") + " |"
+                if fi else "? | ? | ? | ? |"))
         drops = [x.get("drops") for x in w if x.get("drops")]
         L += ["", f"Drops reported by recordings: {drops or 'none'}"]
+    du = res.get("duty")
+    if du and du.get("runs"):
+        L += ["", f"## Duty-cycled ({du['period_s']} s period, half armed, "
+              f"{du['seconds']} s each)", "",
+              "| configuration | armed halves | armed ÷ detached halves beside, median "
+              "(min-max) | 95 % interval of the median |", "|---|---|---|---|"]
+        for r in du["runs"]:
+            sr, ci = r.get("summary_ratio"), r.get("ci95")
+            L.append(f"| {r['config']} | {len(r['windows'])} | "
+                     + (f"{sr['median']:.3f} ({sr['min']:.3f}-{sr['max']:.3f})" if sr else "-")
+                     + " | " + (f"{ci[0]:.3f}-{ci[1]:.3f}" if ci else "-") + " |")
     ac = res.get("activity")
     if ac and ac.get("windows"):
         w = ac["windows"]
@@ -458,6 +596,12 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--window", type=float, default=3.0)
     ap.add_argument("--settle", type=float, default=0.5)
+    ap.add_argument("--plain-every", type=int, default=2,
+                    help="a plain window before every N configurations")
+    ap.add_argument("--profiler-pairs", type=int, default=3)
+    ap.add_argument("--duty-configs", default=",".join(DUTY))
+    ap.add_argument("--duty-seconds", type=float, default=40)
+    ap.add_argument("--duty-period", type=float, default=2.0)
     ap.add_argument("--configs", default=",".join(ATTACH))
     ap.add_argument("--activity", default=",".join(ACTIVITY))
     ap.add_argument("--budget", type=float, default=480, help="seconds for all parts")
@@ -482,6 +626,9 @@ def main(argv=None):
     if "attach" in parts:
         share = args.attach_share if "activity" in parts and not args.standin else 1.0
         res["attach"] = part_attach(args, tmp, t_start + args.budget * share)
+        save()
+    if "duty" in parts:
+        res["duty"] = part_duty(args, tmp, t_start + args.budget)
         save()
     if "activity" in parts and not args.standin:
         res["activity"] = part_activity(args, tmp, t_start + args.budget)

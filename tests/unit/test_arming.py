@@ -42,6 +42,7 @@ def _probes(tgids):
     p.opts = ProbeOptions(cuda_lib="/x/libcuda.so.1")
     p.cflags = ["-DCA_PID_LINKS"]
     p.tgids, p._links, p._pid_links, p.gone = list(tgids), [], {}, set()
+    p._link_specs, p.cuda_paused = [], False
     p._bpf = _FakeBpf(tgids)
     return p
 
@@ -86,6 +87,7 @@ def test_a_gone_process_is_skipped_not_a_fallback(links):
     assert p.gone == {dead} and p.tgids == [alive] and set(p._bpf["targets"]) == {alive}
     assert [(pid, ret) for pid, ret, _ in made] == [(alive, True), (alive, False)]
     assert p._pid_links == {alive: [made[0][2], made[1][2]]}      # return link first
+    assert [sp[5] for sp in p._link_specs] == [alive, alive]      # what --cuda-duty re-arms
 
 
 def test_a_process_gone_between_its_return_and_entry_link_keeps_no_link(links, monkeypatch):
@@ -100,7 +102,7 @@ def test_a_process_gone_between_its_return_and_entry_link_keeps_no_link(links, m
     monkeypatch.setattr(bpfprog, "link_uprobe_multi", return_then_gone)
     p = _probes([dead])
     p._attach_multi("/x/libcuda.so.1", _at())
-    assert p.gone == {dead} and p._links == [] and p._pid_links == {}
+    assert p.gone == {dead} and p._links == [] and p._pid_links == {} and not p._link_specs
     with pytest.raises(OSError):                  # its return link was closed
         os.fstat(made[0][2])
 

@@ -199,6 +199,11 @@ def test_report_section_counts_idle_gaps_while_the_launcher_was_off_cpu(run, tmp
     assert 0 < s["busy_share"] < 1 and s["busy_ns"] + s["idle_ns"] == s["span_ns"]
     assert n["launch_to_start_ns"]["negative"] == 0 and n["launch_to_start_ns"]["p50"] >= 8000
     assert "GPU activity" in rep.text and "Idle gaps while the launching thread" in rep.markdown
+    # the findings say it first, with the idle time those gaps held, pointing to the section
+    f = next(x for x in rep.numbers["findings"] if x["section"] == "GPU activity")
+    assert f["impact_ns"] == gaps["idle_in_gaps_with_offcpu_ns"] > 0
+    assert f["text"].startswith("GPU idle while the launching thread was off-CPU: ")
+    assert f"in 11 of {gaps['gaps']} gaps" in f["text"]
 
 
 def test_load_in_blocks_gives_the_same_rows(run, monkeypatch):

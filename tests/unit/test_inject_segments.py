@@ -169,25 +169,46 @@ T0 = 50_000 * MS
 SERVICE, OLD, NEW, DOG, CLIENT = 100, 200, 300, 101, 50
 
 
+def write_run(path, rows) -> str:
+    """A run file of the event records ``rows`` (dicts of EVENT_DTYPE fields)."""
+    import numpy as np
+
+    from clockalign.store.schema import EVENT_DTYPE, Chunk
+    from clockalign.store.writer import RunWriter
+    ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            ev[i][k] = v
+    with RunWriter(path, {"targets": [{"pid": CLIENT}]}) as w:
+        w.write_columns(Chunk.EVENTS, {n: ev[n] for n in EVENT_DTYPE.names})
+    return path
+
+
+def sticky_fault_rows() -> list:
+    """The old worker's launch, its synchronize failing with 700 (ILLEGAL_ADDRESS), the Xid."""
+    from clockalign.store import cuda_api
+    from clockalign.store.schema import Kind
+    fid = {n: cuda_api.BY_SYMBOL[n].id for n in ("cuLaunchKernel", "cuStreamSynchronize")}
+    return [dict(ts=T0 + 2 * MS, dur=10_000, pid=OLD, tid=OLD, code=fid["cuLaunchKernel"],
+                 kind=Kind.CUDA),
+            dict(ts=T0 + 3 * MS, dur=2 * MS, pid=OLD, tid=OLD, code=fid["cuStreamSynchronize"],
+                 ret=700, kind=Kind.CUDA),
+            dict(ts=T0 + 4 * MS, pid=OLD, tid=OLD, kind=Kind.XID, ret=31)]
+
+
 def _gpu_run(tmp_path, cuinit=False):
     """An illegal-address repetition as the probes would record it on a GPU host: the
     worker's failing synchronize (700), the Xid, its exit, the new worker's fork, its CUDA
     init (with cuinit: a 60 ms cuInit first), allocations, module load and first launch; the
     service's log; the client."""
-    import numpy as np
-
     from clockalign.store import cuda_api
-    from clockalign.store.schema import EVENT_DTYPE, Chunk, Kind
-    from clockalign.store.writer import RunWriter
+    from clockalign.store.schema import Kind
     fid = {n: cuda_api.BY_SYMBOL[n].id for n in
            ("cuLaunchKernel", "cuStreamSynchronize", "cuMemAlloc_v2", "cuModuleLoadData",
             "cuDevicePrimaryCtxRetain", "cuInit")}
     cuda = dict(kind=Kind.CUDA)
     rows = [
-        dict(ts=T0 + 2 * MS, dur=10_000, pid=OLD, tid=OLD, code=fid["cuLaunchKernel"], **cuda),
-        dict(ts=T0 + 3 * MS, dur=2 * MS, pid=OLD, tid=OLD, code=fid["cuStreamSynchronize"],
-             ret=700, **cuda),
-        dict(ts=T0 + 4 * MS, pid=OLD, tid=OLD, kind=Kind.XID, ret=31),
+        *sticky_fault_rows(),
         dict(ts=T0 + 30 * MS, pid=OLD, tid=OLD, kind=Kind.THREAD_EXIT, code=1),
         dict(ts=T0 + 32 * MS, pid=SERVICE, tid=NEW, kind=Kind.THREAD_NEW, a0=SERVICE + 1),
         *([dict(ts=T0 + 830 * MS, dur=60 * MS, pid=NEW, tid=NEW, code=fid["cuInit"], **cuda)]
@@ -199,13 +220,8 @@ def _gpu_run(tmp_path, cuinit=False):
              **cuda),
         dict(ts=T0 + 1205 * MS, dur=8000, pid=NEW, tid=NEW, code=fid["cuLaunchKernel"], **cuda),
     ]
-    ev = np.zeros(len(rows), dtype=EVENT_DTYPE)
-    for i, r in enumerate(rows):
-        for k, v in r.items():
-            ev[i][k] = v
-    run = str(tmp_path / "gpu.ca")
-    with RunWriter(run, {"targets": [{"pid": CLIENT}]}) as w:
-        w.write_columns(Chunk.EVENTS, {n: ev[n] for n in EVENT_DTYPE.names})
+    run = write_run(str(tmp_path / "gpu.ca"), rows)
+
     def e(t, ev, pid, **kw):
         return {"t_ns": T0 + t, "ev": ev, "pid": pid, "tid": pid, **kw}
     events = [e(0, "worker_spawn", SERVICE, worker=OLD),

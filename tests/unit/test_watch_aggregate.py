@@ -157,6 +157,25 @@ def test_connect_peers_results_and_tcp():
     assert m[("clockalign_tcp_retransmits_total", (("pid", "100"),))] == 5
 
 
+def test_a_known_probe_failing_is_no_connect_error():
+    """glibc's nscd probe (timeline/benign.py) counts as known_probe, which the connect
+    error alert leaves out; a unix socket no rule knows keeps its errno."""
+    agg = Aggregator()
+    agg.open({})
+    unix = lambda path: {"kind": Kind.CONNECT, "pid": 100, "ret": -2, "dur": 9000,  # noqa: E731
+                         "a1": 110, "data": (struct.pack("<H", socket.AF_UNIX)
+                                             + path.encode()).ljust(56, b"\0")}
+    agg.write_columns(Chunk.EVENTS, events(unix("/var/run/nscd/socket"),
+                                           unix("/var/run/nscd/socket"),
+                                           unix("/run/infer.sock")))
+    m, _ = scrape(agg)
+    c = lambda peer, res: m.get(("clockalign_connect_total",   # noqa: E731
+                                 (("peer", peer), ("pid", "100"), ("result", res))))
+    assert c("unix:/var/run/nscd/socket", "known_probe") == 2
+    assert c("unix:/var/run/nscd/socket", "ENOENT") is None
+    assert c("unix:/run/infer.sock", "ENOENT") == 1
+
+
 def test_fragmentation_judged_from_free_memory_around_the_call():
     agg = Aggregator()
     agg.open(ONE_GPU)
@@ -393,3 +412,32 @@ def test_a_batch_of_only_cuda_calls_and_a_mixed_one_count_the_same():
     assert sa["cuda_calls"] == sb["cuda_calls"] == {("5", "cuLaunchKernel", "CUDA_SUCCESS"): 300}
     assert sa["cuda_duration"]["cuLaunchKernel"].count == 300
     assert sb["events"] == {"cuda": 300, "sched": 1}
+
+
+def test_cuda_probe_share_is_stated():
+    """--cuda-duty: /metrics says which share of the time the CUDA counts cover."""
+    agg = Aggregator()
+    agg.open({"gpus": [], "cflags": []})
+    m, text = scrape(agg)
+    assert m[("clockalign_cuda_probe_share", ())] == 1
+    agg = Aggregator()
+    agg.open({"gpus": [], "cflags": [], "cuda_duty": {"share": 0.25, "period_s": 1.0}})
+    m, text = scrape(agg)
+    assert m[("clockalign_cuda_probe_share", ())] == 0.25
+    assert "divide by it" in text
+
+
+def test_entry_only_calls_are_counted_without_a_duration():
+    """--cuda-returns blocking: launches arrive as CUDA_ENTRY records; they count as calls
+    (result entry_only) and add nothing to the duration histograms."""
+    agg = Aggregator()
+    agg.open({"gpus": [], "cflags": []})
+    entry = [{**cuda("cuLaunchKernel"), "kind": Kind.CUDA_ENTRY, "dur": 0, "ret": 0}
+             for _ in range(5)]
+    agg.write_columns(Chunk.EVENTS, events(*entry, cuda("cuStreamSynchronize", dur=5000)))
+    m, text = scrape(agg)
+    assert m[("clockalign_cuda_calls_total", (("function", "cuLaunchKernel"), ("pid", "100"),
+                                              ("result", "entry_only")))] == 5
+    assert 'function="cuLaunchKernel"' not in "".join(
+        ln for ln in text.splitlines() if ln.startswith("clockalign_cuda_call_duration"))
+    assert agg.cuda_calls_seen == 6

@@ -16,7 +16,7 @@ from importlib import resources
 from ..errors import ClockalignError
 from ..store import cuda_api
 from ..store.schema import EVENT_DTYPE, Kind
-from . import cuda_stubs
+from . import cuda_stubs, prologue
 from .perfbuf import PerfBuffers, online_cpus, per_cpu_size
 from .slotring import SlotRings, possible_cpus
 from .uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
@@ -109,6 +109,15 @@ XID_PRINTK_CODE = 31
 # drops[] indices that are not record kinds (bpf/clockalign.h CA_DROP_*)
 DROP_NAMES = {0: "state_map_full", 29: "cuda_unpaired", 30: "cuda_nested",
               31: "cuda_slot_busy"}
+
+
+def _slot_dtype():
+    import numpy as np
+    call = np.dtype([("ts", "<u8"), ("fn", "<u4"), ("pad", "<u4"), ("a", "<u8", 5)])
+    return np.dtype([("tid", "<u4"), ("depth", "<u4"), ("c", call, CA_NEST)])
+
+
+SLOT_DTYPE = _slot_dtype()      # struct ca_slot (bpf/probes.c)
 
 
 def use_pid_links(opts: ProbeOptions) -> bool:
@@ -242,7 +251,10 @@ class Probes:
         self.attach_mode = None
         self._links = []
         self._pid_links = {}      # tgid -> its own link fds (per-process links)
+        self._link_specs = []     # how each uprobe_multi link was made, to make it again
+        self.cuda_paused = False
         self._lib_offsets = {}
+        self.prologues = {}           # symbol: its first instruction and where it is probed
         self._lib_linked = set()  # files with one link for every process
         self.cuda_libraries = {}
         self._bpf = None
@@ -363,6 +375,7 @@ class Probes:
                 os.close(fd)
             self._links = []
             self._pid_links = {}
+            self._link_specs = []
             self.notes.append(f"uprobe_multi links unavailable ({e.strerror}): one perf-event "
                               "uprobe per CUDA function (slower to attach and to detach)")
             if "-DCA_PID_LINKS" in self.cflags:   # the per-function programs must filter
@@ -403,9 +416,27 @@ class Probes:
         path = path.decode() if isinstance(path, bytes) else path
         if one.startswith("/"):      # /proc/PID/root/...: the kernel must walk it, not us
             path = one
+        at = self._probe_points(path, at)
         self._lib_offsets[one] = (path, at)
         self.cuda_libraries[one] = {"pids": [], "attached": len(at), "missing": missing}
         return path, at
+
+    def _probe_points(self, path, at):
+        """{offset to probe: function}: each function's own offset, or past a leading
+        endbr64 where the next instruction is one the kernel emulates (prologue.py: one
+        trap per call instead of two).  What each starts with is kept in prologues."""
+        out = {}
+        for off, f in at.items():
+            try:
+                code = prologue.read_code(path, off)
+            except OSError:
+                code = b""
+            skip = prologue.entry_skip(code)
+            desc, emulated = prologue.first_instruction(code[skip:])
+            self.prologues[f.symbol] = {"first": prologue.first_instruction(code)[0],
+                                        "probed": desc, "skip": skip, "emulated": emulated}
+            out[off + skip] = f
+        return out
 
     def add_targets(self, tgids, lib=None):
         """Processes that appeared after the probes were armed (watch --follow): into the
@@ -455,6 +486,7 @@ class Probes:
             for fd in reversed(self._pid_links.pop(int(tgid), [])):   # entry link first
                 self._links.remove(fd)
                 os.close(fd)
+            self._link_specs = [sp for sp in self._link_specs if sp[5] != int(tgid)]
             if int(tgid) in self.tgids:
                 self.tgids.remove(int(tgid))
 
@@ -488,17 +520,51 @@ class Probes:
             for pid in pids:
                 if pid in self.gone:
                     continue
-                try:
-                    fd = link_uprobe_multi(fn.fd, path, offsets, cookies, ret, pid=pid)
-                except OSError as e:
-                    if not (pid and exited_meanwhile(e, pid)):
-                        raise
-                    self.gone.add(pid)    # no fallback: the links work, the process is gone
-                    self.remove_targets([pid])
-                    continue
-                self._links.append(fd)
-                if pid:                   # closed when that process exits (remove_targets)
-                    self._pid_links.setdefault(pid, []).append(fd)
+                spec = (fn.fd, path, offsets, cookies, ret, pid)
+                self._link_specs.append(spec)
+                if not self.cuda_paused:
+                    self._link(spec)
+
+    def _link(self, spec):
+        """Make one link; a per-process one refused because that process is gone (ESRCH)
+        puts it into gone and out of the targets instead: the kernel has the links, so no
+        fallback."""
+        try:
+            fd = link_uprobe_multi(*spec[:5], pid=spec[5])
+        except OSError as e:
+            if not (spec[5] and exited_meanwhile(e, spec[5])):
+                raise
+            self.gone.add(spec[5])
+            self.remove_targets([spec[5]])
+            return
+        self._links.append(fd)
+        if spec[5]:                       # closed when that process exits (remove_targets)
+            self._pid_links.setdefault(spec[5], []).append(fd)
+
+    def pause_cuda(self):
+        """Detach the CUDA probes for a while (--cuda-duty): entry links closed before their
+        return links, so a call entered before the pause still pairs if it returns in
+        between.  The programs and maps stay; resume_cuda() links them again."""
+        if self.attach_mode != "uprobe_multi":
+            raise ClockalignError("CUDA probes can be paused only on uprobe_multi links "
+                                  f"(these are {self.attach_mode or 'not attached'})")
+        for fd in reversed(self._links):
+            os.close(fd)
+        self._links, self._pid_links = [], {}
+        self.cuda_paused = True
+
+    def resume_cuda(self):
+        """Link the CUDA probes again, return links first.  Entries whose returns came while
+        paused are forgotten first: the per-thread call slots start empty."""
+        import numpy as np
+        with self._call_slots(write=True) as mm:
+            arr = np.frombuffer(mm, dtype=SLOT_DTYPE, count=self.opts.call_slots)
+            arr["depth"] = 0
+            del arr                       # no view left, so the mapping can close
+        self.cuda_paused = False
+        for spec in list(self._link_specs):     # a gone process's specs leave as we go
+            if spec[5] not in self.gone:
+                self._link(spec)
 
     def _attach_each(self, lib, at):
         skip = self.entry_only
@@ -552,20 +618,22 @@ class Probes:
             total += info["recursion_misses"] if info else 0
         return total
 
+    def _call_slots(self, write=False):
+        """The call-slot array (bpf/probes.c inflight), mapped."""
+        import mmap
+        size = self.opts.call_slots * SLOT_DTYPE.itemsize
+        size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+        return mmap.mmap(self._bpf["inflight"].map_fd, size, mmap.MAP_SHARED,
+                         mmap.PROT_READ | (mmap.PROT_WRITE if write else 0))
+
     def unfinished_cuda(self, now_ns: int):
         """CUDA calls entered but not returned (still in flight at stop), as events: the
         call-slot array, mapped and read with numpy in one go."""
-        import mmap
         import numpy as np
-        if self.opts.cuda_lib is None:
+        if self.opts.cuda_lib is None or self.cuda_paused:   # paused: slots are stale
             return np.empty(0, dtype=EVENT_DTYPE)
-        slots = self.opts.call_slots
-        call = np.dtype([("ts", "<u8"), ("fn", "<u4"), ("pad", "<u4"), ("a", "<u8", 5)])
-        slot = np.dtype([("tid", "<u4"), ("depth", "<u4"), ("c", call, CA_NEST)])
-        size = -(-slots * slot.itemsize // mmap.PAGESIZE) * mmap.PAGESIZE
-        with mmap.mmap(self._bpf["inflight"].map_fd, size, mmap.MAP_SHARED,
-                       mmap.PROT_READ) as mm:
-            arr = np.frombuffer(mm, dtype=slot, count=slots).copy()
+        with self._call_slots() as mm:
+            arr = np.frombuffer(mm, dtype=SLOT_DTYPE, count=self.opts.call_slots).copy()
         busy = arr[arr["depth"] > 0]
         rows = [(int(s["tid"]), s["c"][i]) for s in busy for i in range(min(int(s["depth"]),
                                                                                 CA_NEST))]

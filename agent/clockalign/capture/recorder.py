@@ -22,6 +22,7 @@ from ..errors import ClockalignError, RunFileWriteError
 from ..store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, KIND_NAMES, Chunk, Kind
 from ..store.writer import check_output
 from . import preflight, targets
+from .duty import CudaDuty
 from .bpfprog import ProbeOptions, Probes
 from .drain import start_drain
 from .container import describe as describe_container, own_mount_namespace
@@ -48,6 +49,8 @@ class RecordOptions:
     cuda: bool = True
     cuda_args: str = "full"           # "registers": no user-memory reads in CUDA probes
     cuda_returns: str = "all"         # "blocking": enqueue-only calls recorded at entry
+    cuda_duty: float = 1.0            # share of each period the CUDA probes are armed
+    cuda_duty_period: float = 1.0     # seconds (capture/duty.py)
     follow_children: bool = None      # default: on in spawn mode, off for --pid
     ring_mb: float = None             # None: 8 MiB of event buffer a CPU
     counters: str = "auto"
@@ -109,6 +112,7 @@ class Recorder:
         self.devices = []
         self._closers = []
         self._activity = None
+        self._duty = CudaDuty(opts.cuda_duty, opts.cuda_duty_period)
         self._follower = None
         self._drain = None           # reads the event buffers from arming until the stop
         self.arming = None           # seconds arming took, in all and by step (Arming)
@@ -215,9 +219,11 @@ class Recorder:
             "cuda_attached": probes.attached_cuda, "cuda_missing": probes.missing_cuda,
             "cuda_entry_only": sorted(CUDA_FUNCTIONS[i][0] for i in probes.entry_only),
             "cuda_libraries": getattr(probes, "cuda_libraries", {}),
+            "cuda_prologues": getattr(probes, "prologues", {}),
             "kinds": {str(int(k)): v for k, v in KIND_NAMES.items()},
             "event_dtype": str(EVENT_DTYPE.descr), "cflags": probes.cflags,
             **({"gpu_activity": self._activity.meta()} if self._activity else {}),
+            **({"cuda_duty": self._duty.meta()} if self._duty.active else {}),
         }
 
     # ---------------------------------------------------------------- run
@@ -272,9 +278,15 @@ class Recorder:
         try:
             cuda_lib = self._resolve_cuda(tgids, env)
             arm.step("libcuda_lookup_s")
+            self._duty.start()            # the first armed window opens as the links arm
             probes = Probes(ProbeOptions(cuda_lib=cuda_lib, follow_children=follow,
                                          cuda_args=o.cuda_args, cuda_returns=o.cuda_returns,
                                          ring_mb=o.ring_mb), tgids)
+            if self._duty.active and probes.attach_mode != "uprobe_multi":
+                probes.close()
+                raise ClockalignError("--cuda-duty needs uprobe_multi links (Linux 6.6 or "
+                                      "later) to detach and re-arm the CUDA probes cheaply; "
+                                      f"this kernel gave {probes.attach_mode or 'none'}")
             arm.steps.update(probes.timings)
             arm.step()
         except BaseException:
@@ -514,6 +526,7 @@ class Recorder:
         show = o.status if o.status is not None else sys.stderr.isatty()
         while not self._stop.is_set():
             self._record_batch(drain.get(timeout=POLL_S))
+            self._duty.tick(probes)
             now = time.monotonic()
             if self._follower is not None and now - last_scan >= self._follower.scan_s:
                 self._follow(probes, tgids)
@@ -624,6 +637,7 @@ class Recorder:
         for batch in self._stop_drain():     # the loop never ran: a helper failed to start
             self._record_batch(batch)
         self._record_batch(probes.ring.read())
+        self._duty.close()
         unfinished = probes.unfinished_cuda(_now())
         self._record_batch(unfinished)
         self._snapshot_threads([p for p in tgids if targets.alive(p)])
@@ -651,7 +665,8 @@ class Recorder:
                    "bpf_skipped_runs": skipped,
                    "helpers": stats, "child_exit": exit_info,
                    "unfinished_cuda": int(len(unfinished)), "clocks_end": read_clocks(),
-                   "arming": self.arming}
+                   "arming": self.arming,
+                   **({"cuda_duty": self._duty.trailer()} if self._duty.active else {})}
         try:
             self.writer.close(trailer)
         except RunFileWriteError as e:

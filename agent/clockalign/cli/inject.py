@@ -8,6 +8,7 @@ EPILOG = """\b
 Examples:
   sudo clockalign inject --engine onnxruntime --fault invalid-input -n 20 -o out/
   sudo clockalign inject --engine torch --fault oom --fault illegal-address --load 8 -o out/
+  sudo clockalign inject --engine torch --fault timeout --standby 1 -o out/
   sudo clockalign inject --engine v2 --url http://127.0.0.1:8000 --fault invalid-input -o out/
 """
 
@@ -21,6 +22,9 @@ Examples:
 @click.option("--url", help="The V2 server for --engine v2 (http://HOST:PORT).")
 @click.option("--model", help="Model on the V2 server (default: the first ready one).")
 @click.option("-n", "n", type=int, default=20, show_default=True, help="Repetitions.")
+@click.option("--standby", type=click.IntRange(0, 8), default=0, show_default=True,
+              help="Warm standby workers the reference service keeps (model loaded, CUDA "
+                   "context made): a fault switches to one at once, a new one replenishes.")
 @click.option("--load", type=click.IntRange(0, 256), default=0,
               help="Background load: this many users (Locust, else a thread pool), loopback only.")
 @click.option("--load-generator", type=click.Choice(["auto", "locust", "threads"]),
@@ -35,7 +39,7 @@ Examples:
               show_default=True, help="Where the reference engines run.")
 @click.option("--no-export", is_flag=True, help="Do not write Perfetto traces.")
 @click.option("-o", "--out-dir", required=True, help="Directory for the outputs.")
-def command(engines, faults, url, model, n, load, load_generator, port, deadline_ms,
+def command(engines, faults, url, model, n, standby, load, load_generator, port, deadline_ms,
             recovery_deadline, device, no_export, out_dir):
     """Inject faults into an inference service through real requests, N times each, while
     clockalign records the service and the client; split each repetition into segments
@@ -47,6 +51,7 @@ def command(engines, faults, url, model, n, load, load_generator, port, deadline
     OUT_DIR/lifecycle.json for other engine x fault pairs are kept."""
     r = inject(Plan(engines=list(engines), faults=list(faults), out_dir=out_dir, n=n, url=url,
                     model=model, port=port, load=load, load_generator=load_generator,
+                    standby=standby,
                     deadline_ms=deadline_ms, recovery_deadline_ms=recovery_deadline * 1000,
                     device=device, export=not no_export))
     for row in r["rows"]:

@@ -46,6 +46,14 @@ def probe_options(f):
                           "records and stream waits are recorded at entry (no duration, no "
                           "return code) for one trap a call instead of two "
                           "(results/serving-loop.md says what it saves)."),
+        click.option("--cuda-duty", type=click.FloatRange(0, 1, min_open=True), default=1.0,
+                     show_default=True,
+                     help="Share of every --cuda-duty-period the CUDA probes are attached; "
+                          "detached for the rest, they cost the process nothing.  Calls are "
+                          "recorded only inside the attached windows (listed in the run "
+                          "file; watch's /metrics states the share)."),
+        click.option("--cuda-duty-period", type=click.FloatRange(0.1), default=1.0,
+                     show_default=True, help="Seconds of one --cuda-duty cycle."),
         click.option("--follow-children/--no-follow-children", default=None,
                      help="Also record processes the targets fork (default: on for a "
                           "command)."),
@@ -79,7 +87,7 @@ def dump_bpf_text(no_cuda, libcuda, cuda_args, ring_mb, cuda_returns="all") -> s
 
 
 def record_options(output, force, pids, duration, libcuda, no_cuda, cuda_args, cuda_returns,
-                   follow_children,
+                   cuda_duty, cuda_duty_period, follow_children,
                    counters, counter_interval, no_gpu_clock, gpu_clock_period, gpu_clock_pings,
                    ring_mb, quiet, command, **extra) -> RecordOptions:
     """RecordOptions from probe_options' values, each checked (one sentence when bad);
@@ -94,6 +102,7 @@ def record_options(output, force, pids, duration, libcuda, no_cuda, cuda_args, c
     return RecordOptions(output=output, force=force, pids=list(pids),
                          command=list(command) or None, duration=duration, libcuda=libcuda,
                          cuda=not no_cuda, cuda_args=cuda_args, cuda_returns=cuda_returns,
+                         cuda_duty=cuda_duty, cuda_duty_period=cuda_duty_period,
                          follow_children=follow_children, ring_mb=ring_mb, counters=counters,
                          counter_interval=counter_interval, gpu_clock=not no_gpu_clock,
                          gpu_clock_period=gpu_clock_period, gpu_clock_pings=gpu_clock_pings,

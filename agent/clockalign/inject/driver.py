@@ -117,18 +117,21 @@ class Driver:
 
     def wait_ready(self, timeout_s=READY_TIMEOUT_S):
         """Poll every 50 ms -> (MONOTONIC ns of the first ready answer, polls)."""
-        polls = 0
-        end = time.monotonic_ns() + int(timeout_s * 1e9)
-        while True:
-            t0 = time.monotonic_ns()
-            polls += 1
-            if self.ready_once():
-                return time.monotonic_ns(), polls
-            if t0 > end:
-                return None, polls
-            left = t0 + POLL_NS - time.monotonic_ns()
-            if left > 0:
-                time.sleep(left / 1e9)
+        return _poll(self.ready_once, timeout_s)
+
+    def standby_ready(self) -> int:
+        """How many standby workers the reference service says are ready (-1: no answer)."""
+        try:
+            status, body = self.get(f"/v2/models/{self.model}")
+            return json.loads(body)["parameters"].get("standby_ready", 0) if status == 200 \
+                else -1
+        except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError):
+            return -1
+
+    def wait_standby(self, n: int, timeout_s=READY_TIMEOUT_S):
+        """Poll the model metadata every 50 ms until ``n`` standby workers are ready ->
+        MONOTONIC ns of that answer (None: not within timeout_s)."""
+        return _poll(lambda: self.standby_ready() >= n, timeout_s)[0]
 
     def infer(self, body: bytes):
         """One request on a fresh connection (its connect() is in the recording) ->
@@ -166,3 +169,20 @@ class Driver:
         if self._health is not None:
             self._health.close()
             self._health = None
+
+
+def _poll(check, timeout_s):
+    """Call ``check`` every 50 ms until it is true -> (MONOTONIC ns after the true answer,
+    calls); (None, calls) after timeout_s."""
+    polls = 0
+    end = time.monotonic_ns() + int(timeout_s * 1e9)
+    while True:
+        t0 = time.monotonic_ns()
+        polls += 1
+        if check():
+            return time.monotonic_ns(), polls
+        if t0 > end:
+            return None, polls
+        left = t0 + POLL_NS - time.monotonic_ns()
+        if left > 0:
+            time.sleep(left / 1e9)

@@ -28,7 +28,9 @@ def _ms(values, q):
     return None if v is None else round(v / 1e6, 3)
 
 
-def make_row(engine, fault, reps, deadline_ms=DEADLINE_MS) -> dict:
+def make_row(engine, fault, reps, deadline_ms=DEADLINE_MS, standby=0) -> dict:
+    """The row of one engine x fault; with standbys also their count and replenish_ms: from
+    the request to the standbys replenished."""
     done = [r for r in reps if r["total_ns"] is not None]
     row = {"engine": engine, "fault": fault, "n": len(done)}
     for key in ("detect", "recover", "total"):
@@ -37,6 +39,10 @@ def make_row(engine, fault, reps, deadline_ms=DEADLINE_MS) -> dict:
     row["deadline_ms"] = int(deadline_ms) if float(deadline_ms).is_integer() else deadline_ms
     p99 = row["total_ms"]["p99"]
     row["pass"] = bool(done) and len(done) == len(reps) and p99 is not None and p99 <= deadline_ms
+    if standby:
+        vals = [r["replenish_ns"] for r in done if r.get("replenish_ns") is not None]
+        row["standby"] = standby
+        row["replenish_ms"] = {"p50": _ms(vals, 50), "p99": _ms(vals, 99)}
     row["segments"] = [{"name": name, "p50_ms": _ms(d, 50), "p99_ms": _ms(d, 99)}
                        for name, d, _ in segments(reps)]
     return row
@@ -97,6 +103,10 @@ def markdown(rows, details, notes) -> str:
             unc = sd.get("unc_p50_ns")
             lines.append(f"| {s['name']} | {_f(s['p50_ms'])} | {_f(s['p99_ms'])} | "
                          f"{sd.get('n', '-')} | {'-' if unc is None else f'{unc / 1e3:.1f} µs'} |")
+        if r.get("standby"):
+            rp = r["replenish_ms"]
+            lines += ["", f"{r['standby']} standby worker(s); the standbys were replenished "
+                      f"{_f(rp['p50'])} / {_f(rp['p99'])} ms (p50 / p99) after the request."]
         if d.get("reload_cuda_calls_p50"):
             lines += ["", "CUDA calls of the new worker before its first successful launch "
                       "(p50): " + ", ".join(f"{k} {v:g}" for k, v in

@@ -4,7 +4,7 @@ children), cut the repetitions into segments and write the outputs.
 
     paths = inject(Plan(engines=["onnxruntime"], faults=["timeout"], n=5, out_dir="out"))
 
-Per engine x fault in out_dir: ENGINE-FAULT.ca (the run file), ENGINE-FAULT.pftrace (its
+Per engine x fault in out_dir (ENGINE-FAULT-standbyN with --standby N): ENGINE-FAULT.ca (the run file), ENGINE-FAULT.pftrace (its
 Perfetto trace), ENGINE-FAULT/ (client.json: the client's stamps; events.jsonl: the
 service's log; load.json; repetitions.json: every boundary of every repetition).
 """
@@ -35,6 +35,7 @@ class Plan:
     port: int = 0
     load: int = 0
     load_generator: str = "auto"
+    standby: int = 0
     deadline_ms: float = 1000.0
     recovery_deadline_ms: float = 2800.0
     device: str = "auto"
@@ -64,6 +65,7 @@ def made_by(plan: Plan) -> str:
     args += ["--url", plan.url] if plan.url else []
     args += ["--model", plan.model] if plan.model else []
     args += ["--load", str(plan.load), "--load-generator", plan.load_generator] if plan.load else []
+    args += ["--standby", str(plan.standby)] if plan.standby else []
     args += ["--port", str(plan.port)] if plan.port else []
     args += ["--device", plan.device] if plan.device != "auto" else []
     args += [] if plan.export else ["--no-export"]
@@ -91,6 +93,9 @@ def free_port(port: int) -> int:
 def check(plan: Plan) -> None:
     """Refuse, in one sentence, what cannot run here: before anything is recorded."""
     from .load import is_loopback
+    if plan.standby and "v2" in plan.engines:
+        raise ClockalignError("--standby is the reference service's (--engine torch or "
+                              "onnxruntime); a V2 server at --url keeps its own workers")
     if plan.n < 1:
         raise ClockalignError(f"-n must be at least 1 (got {plan.n})")
     for e in plan.engines:
@@ -171,6 +176,8 @@ def _session_cmd(plan, engine, fault, work, port, device):
         cmd += ["--model", plan.model]
     if plan.load:
         cmd += ["--load", str(plan.load)]
+    if plan.standby:
+        cmd += ["--standby", str(plan.standby)]
     return cmd
 
 
@@ -199,7 +206,7 @@ def _end_session(rec):
 def record_one(plan, engine, fault, notices) -> dict:
     from ..capture.libcuda import resolve_like_loader
     from ..capture.recorder import Recorder, RecordOptions
-    stem = f"{engine}-{fault}"
+    stem = f"{engine}-{fault}" + (f"-standby{plan.standby}" if plan.standby else "")
     work = os.path.join(plan.out_dir, stem)
     try:
         os.makedirs(work, exist_ok=True)
@@ -253,7 +260,10 @@ def analyse(plan, done, notices) -> tuple:
         engine = client["engine"]
         if engine == "v2":
             engine = f"v2 ({client['metadata'].get('platform') or client['model']})"
-        row = make_row(engine, client["fault"], reps, plan.recovery_deadline_ms)
+        standby = client.get("standby") or 0
+        if standby:
+            engine = f"{engine} + {standby} standby"
+        row = make_row(engine, client["fault"], reps, plan.recovery_deadline_ms, standby)
         rows.append(row)
         details[(row["engine"], row["fault"])] = detail(reps)
         ok = sum(1 for r in reps if r["status"] is not None and r["status"] < 400)

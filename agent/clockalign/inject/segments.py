@@ -15,6 +15,13 @@ time.monotonic_ns reads; for the send, half the time the request took to write).
 
 Where a new worker reloaded the model on a GPU, ``reload_cuda_calls`` counts its CUDA calls
 by role from its first call to its first successful launch.
+
+With standby workers (``inject --standby``) a repetition runs on to the moment the client
+saw the standbys replenished (``t_full_ns``), and the two recoveries tell apart by their
+boundaries: a cold restart has "worker restart ... ready (service)" before the ready
+answer; a standby switch has "switched to standby" (the service's log), the standby's
+first request (the sched_wakeup of its main thread, blocked until a request came) and the
+ready answer, then the replacement's "worker restart ... standby replenished" after it.
 """
 import numpy as np
 
@@ -62,9 +69,9 @@ class _Run:
         self.forks = life[life["kind"] == Kind.THREAD_NEW]
         self.exits = life[(life["kind"] == Kind.THREAD_EXIT) & (life["code"] == 1)]
         self.kills = life[(life["kind"] == Kind.SIGNAL) & (life["ret"] == 9)]
-        dog = sorted({r["tid"] for r in events if r["ev"] == "watchdog_fired"})
-        self.dog_sched = tl.events(kinds=["sched"], tids=dog) if dog else None
+        self._sched = {}
         self.spawns = [(r["t_ns"], r["worker"]) for r in events if r["ev"] == "worker_spawn"]
+        self.serving = [(r["t_ns"], r["worker"]) for r in events if r["ev"] in ("ready", "switch")]
 
     def log(self, evs, lo, hi, pid=None, rid=None):
         for r in self.events:
@@ -75,15 +82,30 @@ class _Run:
         return None
 
     def worker_at(self, t):
-        """(pid of the worker serving at t, pid of the next one started after t)."""
-        before = [p for ts, p in self.spawns if ts <= t]
+        """(pid of the worker serving at t, pid of the next one started after t): the last
+        one the service turned ready with or switched to (else the last one started)."""
+        before = [p for ts, p in self.serving if ts <= t] or \
+            [p for ts, p in self.spawns if ts <= t]
         after = [p for ts, p in self.spawns if ts > t]
         return (before[-1] if before else None), (after[0] if after else None)
+
+    def wakeup(self, tid, lo, hi, last=False):
+        """The first (last) wakeup of thread ``tid`` that it ran after within [lo, hi] ->
+        (t_ns, unc_ns) or None: a SCHED record's switch-in minus its wakeup-to-run time."""
+        if tid not in self._sched:
+            self._sched[tid] = self.tl.events(kinds=["sched"], tids=[tid])
+        sch = self._sched[tid]
+        run_at = sch["t_ns"] + sch["dur_ns"]
+        m = np.flatnonzero((run_at >= lo) & (run_at <= hi))
+        if not len(m):
+            return None
+        e = sch[m[np.argmax(run_at[m]) if last else np.argmin(run_at[m])]]
+        return int(e["t_ns"] + e["dur_ns"] - e["a0"]), int(e["unc_ns"])
 
 
 def _repetition(run, rep, fault_name):
     t0, t_ans, t_ready = rep["t_send_ns"], rep["t_answer_ns"], rep["t_ready_ns"]
-    hi = t_ready
+    hi = max(t_ready, rep.get("t_full_ns") or t_ready)     # with standbys: replenished
     old, new = run.worker_at(t0)
     out = [_b("request sent", (t0 + rep["t_sent_ns"]) // 2, (rep["t_sent_ns"] - t0 + 1) // 2,
               "client")]
@@ -122,17 +144,18 @@ def _repetition(run, rep, fault_name):
     kernel_or_log("split retry failed", None, None, None, None, old)
     fired = run.log(("watchdog_fired",), t0, hi)
     if fired is not None:
-        sch = run.dog_sched
-        woke = None
-        if sch is not None and len(sch):
-            run_at = sch["t_ns"] + sch["dur_ns"]
-            m = (sch["tid"] == fired["tid"]) & (run_at <= fired["t_ns"]) & (run_at >= t0)
-            if m.any():
-                e = sch[np.flatnonzero(m)[-1]]
-                woke = int(e["t_ns"] + e["dur_ns"] - e["a0"])
-                out.append(_b("watchdog wakeup", woke, e["unc_ns"], "sched_wakeup tracepoint"))
-        if woke is None:
-            out.append(_b("watchdog wakeup", fired["t_ns"], 0, "service log"))
+        woke = run.wakeup(fired["tid"], t0, fired["t_ns"], last=True)
+        out.append(_b("watchdog wakeup", *woke, "sched_wakeup tracepoint") if woke else
+                   _b("watchdog wakeup", fired["t_ns"], 0, "service log"))
+    switch = next((r for r in run.events if r["ev"] == "switch" and r.get("old") == old
+                   and t0 <= r["t_ns"] <= hi), None)
+    if switch is not None:
+        out.append(_b("switched to standby", switch["t_ns"], 0, "service log"))
+        # the standby's main thread sleeps in recv() until a request comes
+        woke = run.wakeup(switch["worker"], switch["t_ns"], hi)
+        if woke is not None:
+            out.append(_b("standby's first request", woke[0], woke[1],
+                          "sched_wakeup tracepoint"))
     kernel_or_log("kill sent", run.kills, "pid", old, "signal_generate tracepoint")
     exited = kernel_or_log("worker exit", run.exits, "pid", old if new else None,
                            "sched_process_exit tracepoint", old) if new else None
@@ -167,6 +190,15 @@ def _repetition(run, rep, fault_name):
     elif fault_name == "oom" and old is not None:
         kernel_or_log("first successful inference", None, None, None, None, old)
     kernel_or_log("ready (service)", None, None, None, None, new or old)
+    back = run.log(("standby_ready",), t0, hi, new or old)
+    if back is not None:
+        # the supervisor thread sleeps in recv() until the worker says it is ready, which
+        # it does right after its first successful inference
+        done = [b["t_ns"] for b in out if b["name"] in ("first successful inference",
+                                                         "first successful launch")]
+        woke = run.wakeup(back["tid"], done[-1], back["t_ns"]) if done else None
+        out.append(_b("standby replenished", *woke, "sched_wakeup tracepoint") if woke else
+                   _b("standby replenished", back["t_ns"], 0, "service log"))
     out.append(_b("ready answer", t_ready, 0, "client"))
     out.sort(key=lambda b: b["t_ns"])
     return out, reload_calls
@@ -190,13 +222,16 @@ def split(tl, client: dict, events: list) -> list:
     for rep in client["repetitions"]:
         r = {"i": rep["i"], "status": rep["status"], "error": rep["error"],
              "detect_ns": None, "recover_ns": None, "total_ns": None, "boundaries": [],
-             "reload_cuda_calls": {}}
+             "reload_cuda_calls": {}, "replenish_ns": None}
         if rep.get("t_send_ns") is not None and rep.get("t_ready_ns") is not None:
             r["boundaries"], r["reload_cuda_calls"] = _repetition(run, rep, client["fault"])
             if rep["status"] is not None and rep["status"] >= 400:
                 r["detect_ns"] = rep["t_answer_ns"] - rep["t_send_ns"]
                 r["recover_ns"] = rep["t_ready_ns"] - rep["t_answer_ns"]
                 r["total_ns"] = rep["t_ready_ns"] - rep["t_send_ns"]
+                back = [b["t_ns"] for b in r["boundaries"] if b["name"] == "standby replenished"]
+                if back:
+                    r["replenish_ns"] = back[0] - rep["t_send_ns"]
         out.append(r)
     return out
 

@@ -1,5 +1,6 @@
 """The reference inference service: KServe V2 over HTTP on loopback (uvicorn + Starlette),
-one engine worker process behind it, a watchdog and a supervisor, as a real service has.
+one engine worker process behind it (and --standby N warm ones), a watchdog and a
+supervisor, as a real service has (the workers: pool.py).
 
     python -m clockalign.inject.service --engine onnxruntime --port 8000 --events ev.jsonl
 
@@ -12,191 +13,22 @@ split, reject 507, canary, ready again); the watchdog thread (``ca-watchdog``) k
 worker whose request runs past --deadline-ms (504), and the supervisor (``ca-supervisor``)
 starts a new one when a worker exits, whatever the reason (a sticky CUDA error: 500);
 readiness is 503 from the fault until the new worker has loaded the model and run one
-inference.  Every step is stamped in the event log (eventlog.py).
+inference.  With --standby N a ready standby serves at once instead and readiness stays
+200; the new worker replenishes the standbys (the model metadata's parameters say how many
+are ready).  Every step is stamped in the event log (eventlog.py).
 """
 import argparse
-import itertools
 import json
 import math
-import os
 import signal
-import socket
-import subprocess
 import sys
-import threading
-import time
-from multiprocessing.connection import Connection
 
 import numpy as np
 
 from . import model
-from .eventlog import EventLog, die_with_parent, name_thread
+from .eventlog import EventLog, die_with_parent
+from .pool import MODEL, Pool
 from .worker import MAX_MEMORY_GIB
-
-MODEL = "pointset"
-MAX_START_FAILURES = 3
-
-
-class Worker:
-    """The engine worker, its supervisor and watchdog.  One request is in the engine at a
-    time; the others wait for it (or get 503 while no worker is ready)."""
-
-    def __init__(self, engine, device, deadline_ms, log, max_memory_gib):
-        self.engine, self.device, self.log = engine, device, log
-        self.deadline_ns = int(deadline_ms * 1e6)
-        self.max_memory_gib = max_memory_gib
-        self.ready = threading.Event()
-        self.failed = None               # why the first worker could not start
-        self.gave_up = False
-        self.info = {}
-        self.stopping = False
-        self.lock = threading.Lock()     # one request in the engine
-        self.cond = threading.Condition()
-        self.inflight = None             # (rid, deadline_ns) while the engine works
-        self.reply = None
-        self.replied = threading.Event()
-        self.timed_out = set()
-        self.proc = self.conn = None
-        self.ids = itertools.count(1)
-        self.threads = [threading.Thread(target=self._supervise, name="ca-supervisor",
-                                         daemon=True),
-                        threading.Thread(target=self._watch, name="ca-watchdog", daemon=True)]
-        for t in self.threads:
-            t.start()
-
-    # ------------------------------------------------------------ supervisor
-    def _spawn(self):
-        mine, theirs = socket.socketpair()
-        cmd = [sys.executable, "-m", "clockalign.inject.worker", "--fd", str(theirs.fileno()),
-               "--engine", self.engine, "--device", self.device,
-               "--max-memory-gib", str(self.max_memory_gib)]
-        if self.log.path:
-            cmd += ["--events", self.log.path]
-        # its own process group: a Ctrl-C at the terminal is the service's to act on
-        proc = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], start_new_session=True)
-        theirs.close()
-        self.log.emit("worker_spawn", worker=proc.pid)
-        return proc, Connection(os.dup(mine.fileno())), mine
-
-    def _supervise(self):
-        name_thread("ca-supervisor")
-        failures = 0                      # workers in a row that died before being ready
-        while not self.stopping:
-            self.proc, self.conn, sock = self._spawn()
-            was_ready = False
-            while True:
-                try:
-                    msg = self.conn.recv()
-                except (EOFError, OSError):
-                    break
-                if msg[0] == "ready":
-                    if len(msg) > 1:
-                        self.info = {"device": msg[1], "engine_version": msg[2]}
-                    self.log.emit("ready", worker=self.proc.pid)
-                    self.ready.set()
-                    was_ready = True
-                elif msg[0] == "failed":
-                    self.failed = msg[1]
-                elif msg[0] in ("ok", "error"):
-                    if msg[0] == "error" and msg[4]:    # the worker is recovering
-                        self.ready.clear()
-                        self.log.emit("not_ready", why=msg[2])
-                    self._answer(msg)
-            self.ready.clear()
-            code = self.proc.wait()
-            self.log.emit("worker_exit", worker=self.proc.pid, code=code)
-            self.conn.close()
-            sock.close()
-            self._answer(("gone", None, code))
-            failures = 0 if was_ready else failures + 1
-            if failures and (not self.info or failures >= MAX_START_FAILURES):
-                self.log.emit("service_gives_up", why=self.failed or f"worker status {code}")
-                self.gave_up = True
-                os.kill(os.getpid(), signal.SIGTERM)   # never started, or cannot any more
-                return
-            if not self.stopping:
-                if failures:
-                    time.sleep(1.0)
-                self.log.emit("restart")
-
-    def _answer(self, msg):
-        with self.cond:
-            if self.inflight is None:
-                return
-            self.inflight = None
-            self.reply = msg
-            self.replied.set()
-            self.cond.notify_all()
-
-    # ------------------------------------------------------------ watchdog
-    def _watch(self):
-        name_thread("ca-watchdog")
-        with self.cond:
-            while not self.stopping:
-                if self.inflight is None:
-                    self.cond.wait()
-                    continue
-                rid, deadline, pid = self.inflight
-                if deadline is None:
-                    self.cond.wait()
-                    continue
-                left = deadline - time.monotonic_ns()
-                if left > 0:
-                    self.cond.wait(left / 1e9)
-                    continue
-                self.log.emit("watchdog_fired", worker=pid, rid=rid)
-                self.timed_out.add(rid)
-                self.ready.clear()
-                self.inflight = (rid, None, pid)       # once per request
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    self.log.emit("kill_sent", worker=pid)
-                except ProcessLookupError:
-                    pass
-
-    # ------------------------------------------------------------ requests
-    def infer(self, points, steps):
-        """-> (HTTP status, body dict)."""
-        with self.lock:
-            if not self.ready.is_set():
-                return 503, {"error": "model is not ready (worker restarting)"}
-            rid = next(self.ids)
-            with self.cond:
-                self.replied.clear()
-                self.inflight = (rid, time.monotonic_ns() + self.deadline_ns, self.proc.pid)
-                self.cond.notify_all()
-            try:
-                self.conn.send(("infer", rid, points, steps))
-            except OSError:
-                pass
-            self.replied.wait()
-            msg = self.reply
-        if rid in self.timed_out:
-            self.timed_out.discard(rid)
-            return 504, {"error": f"inference ran past the {self.deadline_ns / 1e6:.0f} ms "
-                                  "deadline: the watchdog killed the worker; it is restarting"}
-        if msg[0] == "ok":
-            return 200, {"model_name": MODEL, "outputs": [
-                {"name": model.OUTPUT, "datatype": "FP32", "shape": list(msg[2].shape),
-                 "data": msg[2].ravel().tolist()}]}
-        if msg[0] == "gone":
-            return 500, {"error": f"the worker exited (status {msg[2]}) during inference; "
-                                  "it is restarting"}
-        status = {"oom": 507, "sticky": 500}.get(msg[2], 400)
-        return status, {"error": f"{msg[2]}: {msg[3]}"}
-
-    def stop(self):
-        self.stopping = True
-        self.ready.clear()
-        with self.cond:
-            self.cond.notify_all()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 # ---------------------------------------------------------------- validation
@@ -267,7 +99,7 @@ def _tensor(t: dict, datatype: str) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- HTTP
-def make_app(worker: Worker, log: EventLog, engine: str):
+def make_app(pool: Pool, log: EventLog, engine: str):
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import JSONResponse, Response
@@ -281,14 +113,14 @@ def make_app(worker: Worker, log: EventLog, engine: str):
             "inputs": [{"name": model.INPUT, "datatype": "FP32", "shape": [-1, -1, 2]},
                        {"name": model.STEPS, "datatype": "INT64", "shape": [1]}],
             "outputs": [{"name": model.OUTPUT, "datatype": "FP32", "shape": [-1, model.CLASSES]}],
-            "parameters": {"engine": engine, **worker.info,
-                           "deadline_ms": worker.deadline_ns / 1e6}})
+            "parameters": {"engine": engine, **pool.info,
+                           "deadline_ms": pool.deadline_ns / 1e6, **pool.params()}})
 
     def live(request):
         return Response(status_code=200)
 
     def ready(request):
-        return Response(status_code=200 if worker.ready.is_set() else 503)
+        return Response(status_code=200 if pool.ready.is_set() else 503)
 
     def model_ready(request):
         if request.path_params["m"] != MODEL:
@@ -301,7 +133,7 @@ def make_app(worker: Worker, log: EventLog, engine: str):
 
     def index(request):
         return JSONResponse([{"name": MODEL, "version": "1",
-                              "state": "READY" if worker.ready.is_set() else "UNAVAILABLE"}])
+                              "state": "READY" if pool.ready.is_set() else "UNAVAILABLE"}])
 
     async def infer(request):
         if request.path_params["m"] != MODEL:
@@ -314,7 +146,7 @@ def make_app(worker: Worker, log: EventLog, engine: str):
             return JSONResponse({"error": str(e)}, 400)
         if rid:
             log.emit("accepted", id=rid)
-        status, out = await run_in_threadpool(worker.infer, points, steps)
+        status, out = await run_in_threadpool(pool.infer, points, steps)
         if rid:
             out["id"] = rid
         return JSONResponse(out, status)
@@ -334,27 +166,30 @@ def main(argv=None):
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--deadline-ms", type=float, default=1000.0)
     ap.add_argument("--max-memory-gib", type=float, default=MAX_MEMORY_GIB)
+    ap.add_argument("--standby", type=int, default=0,
+                    help="warm standby workers kept ready besides the serving one")
     ap.add_argument("--events")
     a = ap.parse_args(argv)
     import uvicorn
     die_with_parent(signal.SIGTERM)
     log = EventLog(a.events)
-    log.emit("service_start", engine=a.engine, port=a.port)
-    worker = Worker(a.engine, a.device, a.deadline_ms, log, a.max_memory_gib)
+    log.emit("service_start", engine=a.engine, port=a.port, **(
+        {"standby": a.standby} if a.standby else {}))
+    pool = Pool(a.engine, a.device, a.deadline_ms, log, a.max_memory_gib, a.standby)
     # uvicorn re-raises the signal that stopped it once it has shut down: let that end
     # this process through the finally below (the worker stopped, the log closed)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sys.exit(0))
-    config = uvicorn.Config(make_app(worker, log, a.engine), host="127.0.0.1", port=a.port,
+    config = uvicorn.Config(make_app(pool, log, a.engine), host="127.0.0.1", port=a.port,
                             log_level="warning", access_log=False, lifespan="off")
     try:
         uvicorn.Server(config).run()
     except SystemExit:       # our own signal handler, above
         pass
     finally:
-        worker.stop()
+        pool.stop()
         log.emit("service_stop")
-    return 1 if worker.gave_up else 0
+    return 1 if pool.gave_up else 0
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ def _end(proc, sig=signal.SIGTERM, wait_s=10):
 def start_service(a, events):
     cmd = [sys.executable, "-m", "clockalign.inject.service", "--engine", a.engine,
            "--port", str(a.port), "--deadline-ms", str(a.deadline_ms), "--events", events,
-           "--device", a.device]
+           "--device", a.device] + (["--standby", str(a.standby)] if a.standby else [])
     proc = subprocess.Popen(cmd, start_new_session=True)     # stopped by us, not by a Ctrl-C
     d = Driver(f"http://127.0.0.1:{a.port}", "pointset")
     end = time.monotonic() + SERVICE_START_S
@@ -66,6 +66,18 @@ def _why_failed(events):
     why = [r.get("message") or r.get("why") for r in read_events(events)
            if r["ev"] in ("worker_failed", "service_gives_up")]
     return f": {why[0]}" if why else ""
+
+
+def _standbys_ready(d, n):
+    """With standbys: wait until all n are ready again (each fault meets a full pool) ->
+    the MONOTONIC ns the client saw it; None without standbys."""
+    if not n:
+        return None
+    t = d.wait_standby(n, SERVICE_START_S)
+    if t is None:
+        raise ClockalignError(f"the service's {n} standby workers were not ready within "
+                              f"{SERVICE_START_S} s")
+    return t
 
 
 def run(a) -> dict:
@@ -96,13 +108,19 @@ def run(a) -> dict:
             raise ClockalignError(f"{d.url} is not ready")
         reps = []
         for i, body in enumerate(bodies):
+            _standbys_ready(d, a.standby)
             rep = d.repetition(body)
             rep["i"] = i
+            if a.standby and rep["t_ready_ns"] is not None:
+                rep["t_full_ns"] = _standbys_ready(d, a.standby)
             reps.append(rep)
             state = (f"{rep['status']} after {(rep['t_answer_ns'] - rep['t_send_ns']) / 1e6:.1f} ms"
                      if rep["t_send_ns"] else rep["error"])
             ready = (f"ready after {(rep['t_ready_ns'] - rep['t_answer_ns']) / 1e6:.1f} ms"
                      if rep["t_ready_ns"] else "NOT ready again")
+            if rep.get("t_full_ns"):
+                ready += (f"; {a.standby} standby ready after "
+                          f"{(rep['t_full_ns'] - rep['t_ready_ns']) / 1e6:.1f} ms")
             print(f"inject: {a.engine} {a.fault} {i + 1}/{a.n}: {state}; {ready}",
                   file=sys.stderr, flush=True)
             if rep["t_ready_ns"] is None:
@@ -110,7 +128,8 @@ def run(a) -> dict:
             time.sleep(SETTLE_S)
         d.close()
         out = {"engine": a.engine, "fault": a.fault, "url": d.url, "model": d.model,
-               "metadata": meta, "n": a.n, "load_users": a.load, "pid": os.getpid(),
+               "metadata": meta, "n": a.n, "load_users": a.load, "standby": a.standby,
+               "pid": os.getpid(),
                "service_pid": service.pid if service else None, "repetitions": reps}
     finally:
         _end(load, signal.SIGTERM, 30)
@@ -136,6 +155,7 @@ def main(argv=None):
     ap.add_argument("--model")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--deadline-ms", type=float, default=1000.0)
+    ap.add_argument("--standby", type=int, default=0)
     ap.add_argument("--load", type=int, default=0)
     ap.add_argument("--load-max-s", type=float, default=900)
     ap.add_argument("--load-generator", default="auto")

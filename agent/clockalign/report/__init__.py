@@ -6,7 +6,8 @@
     print(rep.text)                  # the terminal summary
     rep.files                        # report.md, report.json, *.png
 
-Sections: alignment (per clock domain: band, residuals, skew, steps, uncertainty budget),
+Sections: findings first (a few lines ranked by impact, each pointing to its section), then
+alignment (per clock domain: band, residuals, skew, steps, uncertainty budget),
 CUDA calls, GPU activity (busy/idle per stream, launch-to-start, idle gaps while the launching
 thread was off-CPU), context-switch jitter (off-CPU time inside CUDA calls, preemptions, wakeup
 latency, a heatmap), connect() per peer, GPU counters with faults marked, faults with their
@@ -19,10 +20,11 @@ from ..errors import ClockalignError
 from . import assemble
 from .collect import collect
 from .sections import Context, alignment, anomalies, connect, counters, cuda, faults, \
-    gpu_activity, jitter, run
+    findings, gpu_activity, jitter, run
 
-SECTIONS = ["Run", "Alignment", "CUDA calls", "CUDA work", "GPU activity", "Context-switch jitter",
-            "connect()", "GPU counters", "Faults", "Anomalies before faults"]
+SECTIONS = ["Run", "Findings", "Alignment", "CUDA calls", "CUDA work", "GPU activity",
+            "Context-switch jitter", "connect()", "GPU counters", "Faults",
+            "Anomalies before faults"]
 # the builders of the sections after the head (run.build), in the report's order
 BUILDERS = [alignment.build, cuda.calls, cuda.work, gpu_activity.build, jitter.build,
             connect.build, counters.build, faults.build, anomalies.build]
@@ -53,6 +55,7 @@ def build_report(tl, out_dir, options: Options = None, progress=None) -> Report:
     ctx = Context(tl, collect(tl, progress), out_dir, options or Options())
     head = run.build(ctx)
     sections = [s for s in (b(ctx) for b in BUILDERS) if s is not None]
+    sections.insert(0, findings.build(ctx, assemble.numbers(sections)))
     markdown = assemble.markdown(head, sections)
     nums = assemble.numbers([head] + sections)
     assemble.write_text(os.path.join(out_dir, "report.md"), markdown)

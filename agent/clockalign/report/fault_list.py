@@ -7,14 +7,15 @@ judged against a recovery deadline.
 from .render import fmt_ns
 
 
-def _who(pid, tid, thread) -> str:
+def who(pid, tid, thread) -> str:
     if pid is None:
         return "-"
     s = f"{pid}/{tid}" if tid is not None else str(pid)
     return s + (f" ({thread})" if thread else "")
 
 
-def _headline(f) -> str:
+def headline(f) -> str:
+    """What a fault is, in one phrase: 'cuMemAlloc_v2 -> CUDA_ERROR_OUT_OF_MEMORY (2)'."""
     if f.kind in ("cuda_error", "cuda_sticky_error"):
         return f"{f.function} -> {f.name} ({f.code})"
     if f.kind == "connect_error":
@@ -57,6 +58,13 @@ def deadline_verdict(f, deadline_ns):
     return "met" if f.healthy_ns <= deadline_ns else "MISSED"
 
 
+def benign_line(notes) -> str:
+    """The benign patterns (timeline/benign.py) as one line: how many, by rule."""
+    n = sum(d["count"] for d in notes)
+    return (f"{n} known benign failure{'s' if n != 1 else ''} left out (notes, not faults): "
+            + ", ".join(f"{d['count']} {d['rule']}" for d in notes))
+
+
 def render(tl, faults, deadline_ns=None) -> list:
     """Text lines: one block per fault (sticky repeats appear under their first error)."""
     start = tl.start_ns
@@ -65,6 +73,8 @@ def render(tl, faults, deadline_ns=None) -> list:
     lines = [f"{tl.path}: {len(faults)} fault{'s' if len(faults) != 1 else ''}"
              + (f" ({sticky} sticky repeats listed under their first error)" if sticky else "")
              + f"; times in MONOTONIC ns, t+ from the run's start {start}"]
+    if tl.benign:
+        lines.append(benign_line(tl.benign))
     if not faults:
         return lines
     lines.append(f"{'#':>3}  {'t+ s':>12}  {'MONOTONIC ns':>19}  {'± unc':>11}  {'kind':<17} "
@@ -72,8 +82,8 @@ def render(tl, faults, deadline_ns=None) -> list:
     for f in shown:
         seen = ", ".join(s["source"] for s in f.sightings)
         lines.append(f"{f.id:>3}  {(f.t_ns - start) / 1e9:>12.6f}  {f.t_ns:>19}  "
-                     f"{'±' + fmt_ns(f.unc_ns):>11}  {f.kind:<17} {_headline(f):<44} "
-                     f"{_who(f.pid, f.tid, f.thread):<24} {seen}")
+                     f"{'±' + fmt_ns(f.unc_ns):>11}  {f.kind:<17} {headline(f):<44} "
+                     f"{who(f.pid, f.tid, f.thread):<24} {seen}")
         if f.message and f.kind != "cuda_error":
             lines.append(f"{'':7}{f.message}")
         elif f.dur_ns >= 1_000_000:
@@ -107,4 +117,5 @@ def document(tl, faults, deadline_ns=None) -> dict:
         d["deadline"] = deadline_verdict(f, deadline_ns) if deadline_ns else None
         rows.append(d)
     return {"file": tl.path, "truncated": tl.truncated, "start_ns": tl.start_ns,
-            "end_ns": tl.end_ns, "deadline_ns": deadline_ns, "notes": tl.notes, "faults": rows}
+            "end_ns": tl.end_ns, "deadline_ns": deadline_ns, "notes": tl.notes, "benign": tl.benign,
+            "faults": rows}

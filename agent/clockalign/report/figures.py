@@ -175,14 +175,17 @@ COUNTER_PANELS = ["sm_clock", "mem_clock", "power", "gpu_util", "gpu_temp", "mem
                   "clock_event_reasons"]
 
 
-def counters(cnt, t0, faults, out_dir, label=lambda g: f"GPU{g}") -> list:
-    """One figure per GPU; ``label(n)`` names GPU n in its title (the run's devices)."""
+def counters(cnt, t0, faults, out_dir, label=lambda g: f"GPU{g}", fields=None) -> list:
+    """One figure per GPU; ``label(n)`` names GPU n in its title (the run's devices);
+    ``fields``: the (gpu, field) pairs to draw (None: all; a flat line says nothing)."""
     from ..store.counter_fields import FIELD_BY_NAME, FIELDS
     out = []
     if cnt is None or not len(cnt):
         return out
     for g in np.unique(cnt["gpu"]).tolist():
         present = set(np.unique(cnt["field"][cnt["gpu"] == g]).tolist())
+        if fields is not None:
+            present = {f for f in present if (g, f) in fields}
         fields = [FIELD_BY_NAME[n] for n in COUNTER_PANELS if FIELD_BY_NAME[n] in present]
         fields += sorted(present - set(fields))[:max(0, 8 - len(fields))]
         if not fields:
@@ -196,8 +199,12 @@ def counters(cnt, t0, faults, out_dir, label=lambda g: f"GPU{g}") -> list:
             y = cnt["value"][m]
             if unit == "bytes":
                 y, unit = y / 2**30, "GiB"
+            elif unit == "ns":
+                y, unit = y / 1e9, "s"
+            elif unit == "mJ":
+                y, unit = y / 1e6, "kJ"
             ax.plot(_secs(cnt["t_ns"][m], t0), y, lw=1, drawstyle="steps-post")
-            ax.set_ylabel(f"{name}\n({unit})", fontsize=8)
+            ax.set_ylabel(f"{name}\n({unit})" if unit else name, fontsize=8)
             _mark_faults(ax, gf, t0, label=ax is axes[0, 0])
         axes[0, 0].set_title(f"{label(g)} counters (dashed lines: faults)")
         if any(f.kind != "cuda_sticky_error" for f in gf):
@@ -207,12 +214,20 @@ def counters(cnt, t0, faults, out_dir, label=lambda g: f"GPU{g}") -> list:
     return out
 
 
+ANOMALY_PANELS = 8        # signals drawn: those that left their band, largest |z| first
+
+
 def anomalies(det, t0, faults, out_dir):
-    sigs = [s for s in det["signals"] if np.isfinite(s["z"]).any()]
+    """The robust z of the signals that left their band (flat or quiet ones say nothing),
+    at most ANOMALY_PANELS of them, each panel titled inside its own axes."""
+    def peak(s):
+        return max(abs(e["peak_z"]) for e in s["episodes"])
+    sigs = sorted((s for s in det["signals"] if np.isfinite(s["z"]).any() and s["episodes"]),
+                  key=lambda s: -peak(s))[:ANOMALY_PANELS]
     if not sigs:
         return None
-    fig, axes = _subplots(len(sigs), 1, figsize=(11, 1.6 * len(sigs) + 1), sharex=True,
-                             squeeze=False)
+    fig, axes = _subplots(len(sigs), 1, figsize=(11, 1.8 * len(sigs) + 1.2), sharex=True,
+                          squeeze=False)
     th = det["threshold"]
     for ax, s in zip(axes[:, 0], sigs):
         x = _secs(s["t"], t0)
@@ -222,10 +237,12 @@ def anomalies(det, t0, faults, out_dir):
             ax.axvspan(_secs(ex["start_ns"], t0), _secs(ex["end_ns"], t0), color="red",
                        alpha=0.15)
         ax.set_ylabel("robust z", fontsize=7)
-        ax.set_title(s["name"], fontsize=8, loc="left")
+        ax.text(0.005, 0.95, s["name"] + (f" ({s['unit']})" if s.get("unit") else ""),
+                transform=ax.transAxes, fontsize=8, va="top", ha="left",
+                bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1})
         _mark_faults(ax, faults, t0, label=ax is axes[0, 0])
     if any(f.kind != "cuda_sticky_error" for f in faults):
-        axes[0, 0].legend(loc="upper left", fontsize=7, ncol=4)
+        axes[0, 0].legend(loc="upper right", fontsize=7, ncol=4)
     fig.suptitle(f"Signals against their trailing {det['window']}-point median "
                  f"(green: |z| < {th:g}; red: outside)", fontsize=10)
     axes[-1, 0].set_xlabel("time since start of run (s)")

@@ -217,10 +217,10 @@ def gpu_section(acts, sched):
         gt.add([f"{r['gpu']}/{r['stream']}", r["tid"], fmt_ns(r["idle_ns"]),
                 fmt_ns(r["preempted_ns"]), fmt_ns(r["blocked_ns"])])
     notes = "".join(f"\n{n}\n" for n in acts.notes)
-    text = ("  " + summary.replace("\n", "\n  ") + "\n\n" + st.text()
+    text = ("  " + summary.replace("\n", "\n  ") + "\n\n" + st.text(limit=10, what="streams")
             + ("\n\n  idle gaps with the launching thread off-CPU (largest first):\n" + gt.text()
                if len(gt) else ""))
-    md = (summary.replace("\n", "\n\n") + "\n\nPer stream:\n\n" + st.markdown()
+    md = (summary.replace("\n", "\n\n") + "\n\nPer stream:\n\n" + st.markdown(15, "streams")
           + "\nKernels by GPU time:\n\n" + kt.markdown()
           + ("\nIdle gaps while the launching thread was off-CPU (largest first):\n\n"
              + gt.markdown() if len(gt) else "") + notes)

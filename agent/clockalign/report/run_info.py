@@ -63,7 +63,7 @@ def info_lines(r, file) -> list:
     if other:
         out.append("records   " + ", ".join(f"{k} {v}" for k, v in other.items()))
     if r.trailer:
-        drops = {k: v for k, v in _map(r.trailer.get("drops")).items() if isinstance(v, int)}
+        drops = drop_counts(r)
         peak = r.trailer.get("ring_peak_fill")
         reader = r.trailer.get("buffer_reader")
         kind = {"slots": " (slot rings)", "perf": " (perf buffers)"}.get(
@@ -81,6 +81,7 @@ def info_lines(r, file) -> list:
                      "that CPU)")
         out.append(line)
         out.append(f"stopped   {r.trailer.get('reason')}")
+        out += cuda_probe_lines(m, r.trailer)
         helpers = _map(r.trailer.get("helpers"))
         c = _map(helpers.get("counters"))
         if c and "samples" in c:
@@ -100,6 +101,23 @@ def info_lines(r, file) -> list:
     return out
 
 
+def cuda_probe_lines(meta, trailer) -> list:
+    """What the CUDA probes left out by choice: entry-only functions (--cuda-returns
+    blocking) and the armed windows of --cuda-duty."""
+    out = []
+    entry_only = meta.get("cuda_entry_only")
+    if isinstance(entry_only, list) and entry_only:
+        out.append(f"cuda      {len(entry_only)} enqueue functions recorded at entry only "
+                   "(--cuda-returns blocking: no duration, no return code)")
+    duty = _map(trailer.get("cuda_duty"))
+    if duty:
+        windows = duty.get("windows") if isinstance(duty.get("windows"), list) else []
+        out.append(f"cuda      probes attached {duty.get('share', 0):.0%} of each "
+                   f"{duty.get('period_s')} s (--cuda-duty): calls recorded only inside "
+                   f"{len(windows)} windows, {_int(duty.get('armed_ns')) or 0:,} ns in all")
+    return out
+
+
 def _probe_how(r) -> dict:
     """{GPU domain: " (C host loop, one-word answer)"} from the clock probe's CLOCK_INFO rows
     (runs recorded before the answer was chosen say only the loop, older ones nothing)."""
@@ -115,6 +133,12 @@ def _probe_how(r) -> dict:
         if parts:
             how[dom] = " (" + ", ".join(parts) + ")"
     return how
+
+
+def drop_counts(r) -> dict:
+    """{what: events lost} from the run's trailer (empty: none lost, or no trailer)."""
+    return {k: v for k, v in _map((r.trailer or {}).get("drops")).items()
+            if isinstance(v, int) and v}
 
 
 def _map(v) -> dict:

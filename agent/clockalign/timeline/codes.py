@@ -193,21 +193,3 @@ XID_NAMES = {
 def xid_name(code: int) -> str:
     desc = XID_NAMES.get(int(code))
     return f"Xid {int(code)}" + (f" ({desc})" if desc else "")
-
-
-# connect() failures that are a library asking whether an optional service is there: known
-# and expected, so information and not faults.  (peer prefix, errno, what it is)
-BENIGN_CONNECTS = (
-    # the CUDA runtime probes for an MPS server at start (CUDA_MPS_PIPE_DIRECTORY, default
-    # /tmp/nvidia-mps/control; the probe keeps 14 bytes of that path); none runs: ENOENT
-    ("unix:/tmp/nvidia-mp", errno.ENOENT, "the CUDA runtime looking for an MPS server "
-                                          "(none runs, so none is used)"),
-)
-
-
-def benign_connect(peer: str, err: int):
-    """What a failed connect(peer) -> err is when it is a known, expected probe (else None)."""
-    for prefix, code, what in BENIGN_CONNECTS:
-        if int(err) == code and peer.startswith(prefix):
-            return what
-    return None

@@ -45,6 +45,7 @@ class Timeline:
         self._fit_error = None
         self._fit_failures = {}
         self.notes = []
+        self.benign = []      # timeline/benign.py's notes, one a rule; set by faults()
 
     @classmethod
     def open(cls, path, models: dict = None) -> "Timeline":

@@ -1,6 +1,6 @@
 """Failing calls (CUDA driver calls, connect()) into faults and their chains.
 
-    conn = drop_benign_connects(tl, data["connect"])
+    conn, benign_matched = split_benign_connects(data["connect"])
     faults = connect_calls(conn, nexts).run(deaths)
 """
 import os
@@ -11,7 +11,8 @@ import numpy as np
 
 from ..store import cuda_api
 from ..store.schema import Kind
-from .codes import STICKY_CURESULTS, benign_connect, cuda_result_name, errno_name
+from . import benign
+from .codes import STICKY_CURESULTS, cuda_result_name, errno_name
 from .events import decode_sockaddr
 from .fault import CHAIN_LIMIT, Fault, entry
 
@@ -175,7 +176,7 @@ class _Calls:
 def cuda_calls(c, nexts) -> "_Calls":
     """The failing CUDA driver calls of collect()'s data, with what ends their chains."""
     ret = c["ret"].astype(np.int64)
-    by_op, by_pid, op = nexts[Kind.CUDA]
+    by_op, by_pid, op = nexts[Kind.CUDA][:3]
 
     def describe(i):
         fn = _FN_NAMES.get(int(c["code"][i]), f"cuda function {int(c['code'][i])}")
@@ -196,7 +197,7 @@ def cuda_calls(c, nexts) -> "_Calls":
 def connect_calls(ev, nexts) -> "_Calls":
     """The failing connect() calls, each peer its own op and family."""
     ret = ev["ret"].astype(np.int64)
-    by_op, by_pid, op = nexts[Kind.CONNECT]
+    by_op, by_pid, op = nexts[Kind.CONNECT][:3]
     peers = {}
 
     def peer(i):
@@ -217,23 +218,18 @@ def connect_calls(ev, nexts) -> "_Calls":
                   lambda pid, o, x: by_op.get(pid << 32 | o, x), None)
 
 
-def drop_benign_connects(tl, conn):
-    """conn without the failures that are known probes (codes.BENIGN_CONNECTS); each kind
-    of probe becomes one note in tl.notes: information, not a fault."""
+def split_benign_connects(conn):
+    """(conn without the failures a benign rule matches, [(Rule, peer, errno, pid, t_ns)]
+    of those it matched): timeline/benign.py's table decides."""
     if conn is None:
-        return None
-    seen = {}
+        return None, []
+    matched = []
     keep = np.ones(len(conn), dtype=bool)
     for i in range(len(conn)):
         peer = decode_sockaddr(conn["data"][i], conn["a1"][i])
         err = -int(conn["ret"][i])
-        what = benign_connect(peer, err)
-        if what is not None:
+        rule = benign.match_connect(peer, err)
+        if rule is not None:
             keep[i] = False
-            seen.setdefault((peer, err, what), set()).add(int(conn["pid"][i]))
-    for (peer, err, what), pids in seen.items():
-        n = len(pids)
-        tl.notes.append(f"connect({peer}) -> {errno_name(err)} in {n} process"
-                        f"{'es' if n > 1 else ''} ({', '.join(map(str, sorted(pids)))}): "
-                        f"{what}; information, not a fault")
-    return conn[keep] if keep.any() else None
+            matched.append((rule, peer, err, int(conn["pid"][i]), int(conn["t_ns"][i])))
+    return (conn[keep] if keep.any() else None), matched

@@ -124,12 +124,15 @@ class _FirstAfter:
         return (int(best[0, i]), int(best[1, i]), int(best[2, i])) if found[i] else None
 
 
-def next_successes(tl, cuda, connect) -> dict:
+def next_successes(tl, cuda, connect, thread_calls=None) -> dict:
     """Second pass: the successful calls that end the chains.  For each failing call, the
     first success of the same op (function or peer) of its process at or after its return,
-    and the first success of any op there (``_Calls`` asks for exactly these).
-    -> {sort: (by (pid << 32 | op), by pid, op of each failing call)}"""
-    out, peers = {}, {}
+    and the first success of any op there (``_Calls`` asks for exactly these); for the
+    failing CUDA calls where ``thread_calls`` is True, also the first success of the same
+    thread (timeline/benign.py's rules ask for it).
+    -> {sort: (by (pid << 32 | op), by pid, op of each failing call, by (pid << 32 | tid)
+    or None)}"""
+    out, peers, by_tid = {}, {}, {}
     if cuda is not None:
         out[Kind.CUDA] = (cuda["pid"].astype(np.int64), cuda["code"].astype(np.int64),
                           cuda["t_ns"] + np.maximum(cuda["dur_ns"], 0))
@@ -138,17 +141,23 @@ def next_successes(tl, cuda, connect) -> dict:
               for k in peer_keys(connect["data"], connect["a1"])]
         out[Kind.CONNECT] = (connect["pid"].astype(np.int64), np.asarray(op, dtype=np.int64),
                              connect["t_ns"] + np.maximum(connect["dur_ns"], 0))
+    if cuda is not None and thread_calls is not None and thread_calls.any():
+        pid, _, end = out[Kind.CUDA]
+        by_tid[Kind.CUDA] = _FirstAfter((pid << 32 | cuda["tid"].astype(np.int64))[thread_calls],
+                                        end[thread_calls])
     for kind, (pid, op, end) in list(out.items()):
-        out[kind] = (_FirstAfter(pid << 32 | op, end), _FirstAfter(pid, end), op)
+        out[kind] = (_FirstAfter(pid << 32 | op, end), _FirstAfter(pid, end), op,
+                     by_tid.get(kind))
     if not out:
         return out
     for cols in tl.reader.iter_columns(Chunk.EVENTS):
         ok = cols["ret"] == 0
-        for kind, (by_op, by_pid, _) in out.items():
+        for kind, (by_op, by_pid, _, by_thread) in out.items():
             rows = np.flatnonzero(ok & (cols["kind"] == kind))
             t = cols["ts"][rows].astype(np.int64)
-            his = [f.hi for f in (by_op, by_pid)]
-            keep = t >= min(by_op.lo, by_pid.lo)
+            finders = [f for f in (by_op, by_pid, by_thread) if f is not None]
+            his = [f.hi for f in finders]
+            keep = t >= min(f.lo for f in finders)
             if None not in his:
                 keep &= t < max(his)
             keep[keep] = _among(cols["pid"][rows[keep]], by_pid.keys)
@@ -166,6 +175,8 @@ def next_successes(tl, cuda, connect) -> dict:
                 op = np.asarray([peers.get(bytes(k), -1) for k in keys],
                                 dtype=np.int64)[inv.reshape(-1)]
             by_pid.feed(pid, t, end, tid)
+            if by_thread is not None:
+                by_thread.feed(pid << 32 | tid, t, end, tid)
             known = op >= 0
             by_op.feed(pid[known] << 32 | op[known], t[known], end[known], tid[known])
     return out

@@ -27,8 +27,10 @@ holds only its own peer), ``sticky_error`` (the context is broken: any call), th
 successful call; ``healthy_ns`` from the fault to the return of the first successful call
 after the last error of the chain (CUDA: of any function; connect: to that peer).
 
-Known probes are not faults: the CUDA runtime's connect() to its MPS server socket, which
-fails with ENOENT where no MPS runs (codes.BENIGN_CONNECTS), becomes a note.
+Known benign patterns are not faults (timeline/benign.py, one table: the nscd and MPS
+socket probes, the driver shut down at exit, a kernel lookup not found followed by normal
+work): they are left out before grouping, so they start no chain and sit in none, and are
+counted per rule in ``tl.benign`` (one line each in ``tl.notes``).
 
 Memory follows the number of failing calls, not the run (fault_events.py).  The record
 is timeline/fault.py; failing calls and chains fault_chains.py; exits, signals, Xids and
@@ -36,8 +38,10 @@ capping fault_sources.py.
 
     for f in find_faults(tl): print(f.id, f.kind, f.name, f.recovery_ns)
 """
+from ..store.schema import Kind
+from . import benign
 from .fault import KINDS, Fault  # noqa: F401 (the record, re-exported)
-from .fault_chains import connect_calls, cuda_calls, drop_benign_connects
+from .fault_chains import connect_calls, cuda_calls, split_benign_connects
 from .fault_events import collect, next_successes
 from .fault_sources import death_faults, link_xids, throttle_faults, xid_faults
 
@@ -47,9 +51,22 @@ _RANK = {k: i for i, k in enumerate(KINDS)}
 def find_faults(tl) -> list:
     """Every fault of the Timeline tl, numbered 1.. in time order, chains resolved to ids."""
     data = collect(tl)
-    data["connect"] = drop_benign_connects(tl, data["connect"])
-    nexts = next_successes(tl, data["cuda"], data["connect"])
+    data["connect"], conn_benign = split_benign_connects(data["connect"])
+    c = data["cuda"]
+    nexts = next_successes(tl, c, data["connect"],
+                           benign.thread_rule_calls(c) if c is not None else None)
     deathf, deaths = death_faults(tl, data["other"])
+    cuda_benign = []
+    if c is not None:
+        by_op, by_pid, op, by_tid = nexts[Kind.CUDA]
+        keep, cuda_benign = benign.classify_cuda(
+            c, deaths, by_pid.get,
+            lambda pid, tid, x: by_tid.get(pid << 32 | tid, x) if by_tid else None)
+        if not keep.all():
+            data["cuda"] = {k: v[keep] for k, v in c.items()} if keep.any() else None
+            nexts[Kind.CUDA] = (by_op, by_pid, op[keep], by_tid)
+    tl.benign = benign.notes(cuda_benign, c, conn_benign)
+    tl.notes.extend(t for t in map(benign.note_text, tl.benign) if t not in tl.notes)
     parents = {}          # id(sticky repeat) -> the first sticky error it repeats
     cuda = (cuda_calls(data["cuda"], nexts).run(deaths, parents)
             if data["cuda"] is not None else [])

@@ -20,6 +20,7 @@ from ..store.schema import Kind
 STAMPS = {
     Kind.CUDA: ("uprobe", 0),             # entry uprobe; dur from the uretprobe
     Kind.CUDA_UNFINISHED: ("uprobe", 0),
+    Kind.CUDA_ENTRY: ("uprobe", 0),       # entry uprobe only (--cuda-returns blocking)
     Kind.CONNECT: ("tracepoint", 0),      # syscalls:sys_enter_connect / sys_exit_connect
     Kind.SCHED: ("tracepoint", 0),        # sched:sched_switch
     Kind.XID: ("tracepoint", 0),          # nvidia:nvidia_dev_xid

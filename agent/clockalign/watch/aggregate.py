@@ -22,6 +22,7 @@ from ..store.counter_fields import CLOCK_REASONS, FIELD_BY_NAME
 from ..store.event_text import cstring, decode_sockaddr
 from ..store.devices import bus_key
 from ..store.schema import Chunk, Kind, TcpCode
+from ..timeline import benign
 from ..timeline.codes import cuda_result_name, errno_name
 from .histogram import (CONNECT_BOUNDS_NS, CUDA_CALL_BOUNDS_NS, MODULE_LOAD_BOUNDS_NS,
                         WAKEUP_BOUNDS_NS, Histogram)
@@ -45,6 +46,9 @@ CLOCK_EVENT_REASONS = FIELD_BY_NAME["clock_event_reasons"]
 OOM = 2                     # CUDA_ERROR_OUT_OF_MEMORY
 # a non-blocking connect() returns EINPROGRESS and finishes later: not an error
 CONNECT_NOT_ERRORS = ("EINPROGRESS", "EALREADY", "EISCONN")
+# a connect() failing as a known probe expects (timeline/benign.py: nscd, MPS): not an error
+KNOWN_PROBE = "known_probe"
+ENTRY_ONLY = "entry_only"           # --cuda-returns blocking: the return is not probed
 _BYTES_SLOT = {f.id: f.slot("bytes") for f in cuda_api.FUNCTIONS.values() if f.allocates}
 _DEVICE_SLOT = {f.id: f.slot("device") for f in cuda_api.FUNCTIONS.values()
                 if f.allocates and f.slot("device") is not None}
@@ -116,6 +120,7 @@ class Aggregator:
         self.clock_errors = 0
         self.gpus = []
         self.armed = False
+        self.cuda_share = 1.0             # --cuda-duty (capture/duty.py)
         self.closed = False
         self.scrapes = 0                                # set by the server (watch/server.py)
         self._xid_from_bpf = False
@@ -141,6 +146,7 @@ class Aggregator:
                          if bus_key(g.get("pci_bus_id")) is not None}
             self._cflags = list(meta.get("cflags") or [])
             self._xid_from_bpf = "-DCA_XID" in self._cflags
+            self.cuda_share = float((meta.get("cuda_duty") or {}).get("share", 1.0))
             self._set_targets(t["pid"] for t in meta.get("targets") or [] if "pid" in t)
             self.armed = True
         if self._on_open:
@@ -250,7 +256,8 @@ class Aggregator:
         # whole: no gather of its columns)
         sel = {k: np.flatnonzero(kind == k) if 0 < present.get(k, 0) < len(kind)
                else np.arange(present.get(k, 0))
-               for k in (Kind.CUDA, Kind.SCHED, Kind.CONNECT, Kind.TCP, Kind.XID)}
+               for k in (Kind.CUDA, Kind.CUDA_ENTRY, Kind.SCHED, Kind.CONNECT, Kind.TCP,
+                         Kind.XID)}
 
         def rows(k, fields):
             whole = present.get(k) == len(kind)
@@ -258,6 +265,8 @@ class Aggregator:
         if present.get(Kind.CUDA):
             self._cuda(rows(Kind.CUDA, ("ts", "dur", "pid", "code", "ret", "a0", "a1", "a2",
                                         "a3", "a4")))
+        if present.get(Kind.CUDA_ENTRY):
+            self._cuda_entry(rows(Kind.CUDA_ENTRY, ("ts", "pid", "code")))
         if present.get(Kind.SCHED):
             self._sched(rows(Kind.SCHED, ("dur", "pid", "code", "a0", "a3")))
         for i in sel[Kind.CONNECT]:
@@ -299,6 +308,15 @@ class Aggregator:
             if int(e["ret"][i]) == OOM:
                 self._alloc_refused(pid, fid, e, i)
 
+    def _cuda_entry(self, e):
+        """Calls recorded at entry only (--cuda-returns blocking): counted, with the result
+        label entry_only; no duration."""
+        self._latest_ns = max(self._latest_ns, int(e["ts"].max()))
+        self.cuda_calls_seen += len(e["ts"])
+        for (pid, fid, _), n in _call_counts(e["pid"], e["code"], np.zeros_like(e["code"])):
+            self.cuda_calls[(self._pid(str(pid)), cuda_api.function_name(fid),
+                             ENTRY_ONLY)] += n
+
     def _sched(self, e):
         inside = e["a3"] != 0
         for pid, preempted, dur in zip(e["pid"][inside].tolist(), e["code"][inside].tolist(),
@@ -309,8 +327,9 @@ class Aggregator:
         self.wakeup.observe(e["a0"][woke].astype(np.int64))
 
     def _connect(self, pid, ret, dur, peer):
+        result = ("ok" if ret == 0 else KNOWN_PROBE if benign.match_connect(peer, -ret)
+                  else self._result(errno_name(ret)))
         peer = self._peer(peer)
-        result = "ok" if ret == 0 else self._result(errno_name(ret))
         self.connects[(self._pid(str(pid)), peer, result)] += 1
         h = self.connect_duration.get(peer)
         if h is None:
@@ -437,6 +456,7 @@ class Aggregator:
                 "clock_unc_ns": dict(self.clock_unc_ns),
                 "gpus": list(self.gpus),
                 "armed": self.armed and not self.closed,
+                "cuda_share": self.cuda_share,
                 "targets": len(self.targets), "targets_attached": self.targets_attached,
                 "target_exits": self.target_exits, "pids_forgotten": self.pids_forgotten,
                 "cuda_calls_seen": self.cuda_calls_seen,

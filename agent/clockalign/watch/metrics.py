@@ -66,7 +66,8 @@ HELP = {
               "synchronize waiting).",
     "wakeup": "From a target thread's wakeup to it running on a CPU (run-queue latency).",
     "connects": "connect() calls by peer and result (ok, or the errno name; EINPROGRESS is a "
-                "non-blocking connect under way, not an error).",
+                "non-blocking connect under way, not an error; known_probe a library's probe "
+                "for an optional service failing as expected, e.g. glibc asking nscd).",
     "connect_duration": "Time inside connect() (a non-blocking connect returns at once).",
     "tcp_resets": "TCP resets on the targets' sockets, sent or received.",
     "tcp_retransmits": "TCP segments the targets' sockets retransmitted.",
@@ -89,6 +90,9 @@ HELP = {
                "state maps full, CUDA calls not paired, and what watch itself gave up.",
     "events": "Events aggregated, by kind.",
     "armed": "1 while the probes are attached and the metrics live.",
+    "cuda_share": "Share of time the CUDA probes are attached (--cuda-duty; 1: always).  Below "
+                  "1, CUDA call counts cover only that share of the time (divide by it for "
+                  "the whole), and duration quantiles are those of the calls inside it.",
     "targets": "Target processes attached now (--pid, the command, and with --follow the "
                "matching processes found so far).",
     "attached": "Target processes attached since watch started; with --follow a restarted "
@@ -173,6 +177,9 @@ class WatchCollector:
         armed = GaugeMetricFamily("clockalign_probes_armed", HELP["armed"])
         armed.add_metric([], 1 if s["armed"] else 0)
         yield armed
+        share = GaugeMetricFamily("clockalign_cuda_probe_share", HELP["cuda_share"])
+        share.add_metric([], s["cuda_share"])
+        yield share
         targets = GaugeMetricFamily("clockalign_targets", HELP["targets"])
         targets.add_metric([], s["targets"])
         yield targets

@@ -1,8 +1,10 @@
 """Anomalies before faults: the signals that left their normal band (robust z) before each
 fault, and every episode outside the band."""
 from .. import anomaly, figures
-from ..render import Table, fmt_ns, fmt_t, fmt_z
+from ..render import Table, fmt_ns, fmt_t, fmt_value, fmt_z
 from . import Section, figure
+
+BEFORE = 5        # faults whose preceding excursions report.md shows
 
 
 def _params(opt, bin_ns) -> str:
@@ -26,7 +28,7 @@ def build(ctx) -> Section:
         for h in item["signals"]:
             t.add([h["signal"], fmt_t(h["start_ns"], t0), fmt_ns(h["lead_ns"]),
                    fmt_t(h["end_ns"], t0) if h["end_ns"] < f.t_ns else "after the fault",
-                   fmt_z(h['peak_z']), f"{h['peak_value']:.6g} {h['unit']}", h["earlier"]])
+                   fmt_z(h['peak_z']), fmt_value(h["peak_value"], h["unit"]), h["earlier"]])
         title = f"{f.kind} {f.name} at {fmt_t(f.t_ns, t0)}"
         if item["also"]:
             title += (f" (and {len(item['also'])} later fault(s) up to "
@@ -38,13 +40,18 @@ def build(ctx) -> Section:
     allx = Table(["signal", "from", "to", "peak z"])
     flat = [(s["name"], e) for s in det["signals"] for e in s["episodes"]]
     flat.sort(key=lambda x: -abs(x[1]["peak_z"]))
-    for name, e in flat[:20]:
+    for name, e in flat:
         allx.add([name, fmt_t(e["start_ns"], t0), fmt_t(e["end_ns"], t0), fmt_z(e['peak_z'])])
+    if len(mdx) > BEFORE:
+        mdx = mdx[:BEFORE] + [f"\n{len(mdx) - BEFORE} more faults with signals out of their "
+                              "band before them not shown; report.json has all.\n"]
+        tx = tx[:BEFORE] + [f"  ... {len(tx) - BEFORE} more (report.json)"]
     text = (("\n".join(tx) if tx else "  no signal left its band before a fault") +
             f"\n  ({len(flat)} episode(s) outside the band in all; see report.md)")
     md = (_params(opt, bin_ns) + "\n" +
           ("".join(mdx) if mdx else "\nNo signal left its band before a fault.\n") +
-          ("\n### All episodes outside the band (largest first)\n\n" + allx.markdown()
+          ("\n### All episodes outside the band (largest first)\n\n"
+           + allx.markdown(10, "episodes")
            if len(allx) else "") +
           (f"\n![anomalies]({fig})\n" if fig else ""))
     return Section("Anomalies before faults", text, md, {"anomalies": nums}, figure(fig))

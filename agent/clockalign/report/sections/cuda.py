@@ -5,6 +5,7 @@ from ..render import Table, fmt_count, fmt_ns, fmt_t
 from . import Section, figure
 
 _NONE = ("  none recorded", "No CUDA calls were recorded.\n")
+ROWS = 15         # rows of a table in report.md (the terminal: 10); report.json has all
 
 
 def calls(ctx) -> Section:
@@ -16,17 +17,23 @@ def calls(ctx) -> Section:
                fmt_ns(r["p99_ns"]), fmt_ns(r["p999_ns"]), fmt_ns(r["max_ns"])])
     errs = [f"- {r['function']}: " + ", ".join(f"{k} x{v}" for k, v in r["error_names"].items())
             for r in ct if r["errors"]]
+    errs_md = errs[:ROWS] + ([f"- ... {len(errs) - ROWS} more functions with errors"]
+                             if len(errs) > ROWS else [])
     unf = len(data.unfinished["t"])
     fig = figures.cuda_latency(data.cuda, ct, ctx.out_dir)
     nums = {"cuda": ct}
     if not ct:
         return Section("CUDA calls", *_NONE, nums, figure(fig))
-    extra = ("\nErrors:\n\n" + "\n".join(errs) + "\n" if errs else "") + (
+    extra = ("\nErrors (faults and benign notes: the Faults section):\n\n" + "\n".join(errs_md)
+             + "\n" if errs else "") + (
         f"\n{unf} call(s) were still running when the recording stopped.\n" if unf else "")
+    n_err = sum(r["errors"] for r in ct)
     return Section("CUDA calls",
-                   t.text() + ("\n  errors: " + "; ".join(e[2:] for e in errs) if errs else ""),
-                   t.markdown() + extra + (f"\n![CUDA latency]({fig})\n" if fig else ""),
-                   nums, figure(fig))
+                   t.text(limit=10, what="functions")
+                   + (f"\n  {fmt_count(n_err)} calls of {len(errs)} functions returned an error "
+                      "(see report.md)" if errs else ""),
+                   t.markdown(ROWS, "functions") + extra
+                   + (f"\n![CUDA latency]({fig})\n" if fig else ""), nums, figure(fig))
 
 
 def work(ctx) -> Section:
@@ -49,14 +56,13 @@ def work(ctx) -> Section:
             k.add([r["kernel"] or "(not looked up while recording)", f"{r['func']:#x}",
                    fmt_count(r["launches"]), fmt_count(r["errors"]), fmt_ns(r["p50_ns"]),
                    fmt_ns(r["p99_ns"])])
-        txt.append(k.text())
+        txt.append(k.text(limit=10, what="kernels"))
         mdx.append("Launches per kernel (names from cuModuleGetFunction / "
-                   "cuLibraryGetKernel):\n\n" + k.markdown())
+                   "cuLibraryGetKernel):\n\n" + k.markdown(ROWS, "kernels"))
     if loads:
         m = Table(["t", "function", "duration", "result"])
-        for r in loads[:20]:
+        for r in loads:
             m.add([fmt_t(r["t_ns"], t0), r["function"], fmt_ns(r["dur_ns"]), r["result"]])
-        more = f"\n  ... {len(loads) - 20} more" if len(loads) > 20 else ""
-        txt.append(m.text() + more)
-        mdx.append("Module and library loads:\n\n" + m.markdown() + more)
+        txt.append(m.text(limit=10, what="loads"))
+        mdx.append("Module and library loads:\n\n" + m.markdown(ROWS, "loads"))
     return Section("CUDA work", "\n\n".join(txt), "\n\n".join(mdx) + "\n", nums)

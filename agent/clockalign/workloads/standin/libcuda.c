@@ -13,8 +13,13 @@
  *     "missing", and the handles 0x1000 / 0x2000 for "vector_add" / "gemm_tile";
  *   every other handle written to an out-parameter is ID << 24 | n, n counting the calls of
  *     that function (ids: cuda_ids.h, generated from the table by standin.build());
- *   synchronize calls sleep 2 ms so they have a measurable duration. */
+ *   synchronize calls sleep 2 ms so they have a measurable duration;
+ *   once the process has begun to exit (an atexit handler registered when the library
+ *   loads), cuModuleUnload / cuLibraryUnload / cuMemFree_v2 return 4
+ *   (CUDA_ERROR_DEINITIALIZED), as the real driver does to a runtime unloading its modules
+ *   from its own exit handlers after the driver's. */
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -75,6 +80,9 @@ typedef struct { int type; size_t value; } CUexecAffinityParam;
 typedef struct { void *execAffinityParams; int numExecAffinityParams; void *cigParams; } CUctxCreateParams;
 
 #define TIB (1ULL << 40)
+static volatile int down;            /* the driver torn down: the process is exiting */
+static void driver_down(void) { down = 1; }
+__attribute__((constructor)) static void driver_up(void) { atexit(driver_down); }
 static volatile unsigned long long next_ptr = 0x7f0000000000ULL;
 static void nap(long ns) { struct timespec t = {0, ns}; nanosleep(&t, NULL); }
 /* the handle an out-parameter gets: ID << 24 | how many calls of that function came before */
@@ -121,7 +129,7 @@ CUresult sym(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s) { \
     return 0; }
 ALLOC_POOL(cuMemAllocFromPoolAsync)
 ALLOC_POOL(cuMemAllocFromPoolAsync_ptsz)
-CUresult cuMemFree_v2(CUdeviceptr p) { return p ? 0 : 1; }
+CUresult cuMemFree_v2(CUdeviceptr p) { return down ? 4 : p ? 0 : 1; }
 CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return p ? 0 : 1; }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; return p ? 0 : 1; }
 
@@ -237,8 +245,8 @@ CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *fname, CUjit_option *jo
     if (missing_file(fname)) return 301;
     SET(l, h); return 0;
 }
-CUresult cuModuleUnload(CUmodule m) { return m ? 0 : 400; }
-CUresult cuLibraryUnload(CUlibrary l) { return l ? 0 : 400; }
+CUresult cuModuleUnload(CUmodule m) { return down ? 4 : m ? 0 : 400; }
+CUresult cuLibraryUnload(CUlibrary l) { return down ? 4 : l ? 0 : 400; }
 static CUresult lookup(void **out, unsigned long long h, const char *name) {
     if (!strcmp(name, "missing")) return 500;
     if (!strcmp(name, "vector_add")) h = 0x1000;

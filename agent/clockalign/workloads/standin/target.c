@@ -2,7 +2,14 @@
  * two threads, then connect() to a listener and to a closed port, then a known sleep.
  *
  *   target [--wait] [--dlopen] [--connect PORT_OPEN PORT_CLOSED] [--sleep-ms N] [--exit N]
- *           [--hang-ms N] [--burst N] [--sticky N]
+ *           [--hang-ms N] [--burst N] [--sticky N] [--no-sweep] [--getpwuid]
+ *           [--connect-unix PATH] [--deinit N]
+ * --no-sweep: leave out the sweep after the main part (the kernel lookups before it stay).
+ * --getpwuid: look the user up as glibc does (it asks nscd's socket first: ENOENT where no
+ *   nscd runs).  --connect-unix PATH: connect() to a unix socket at PATH (after --connect).
+ * --deinit N: from an exit handler that runs after the stand-in driver's own, N
+ *   cuModuleUnload, N cuLibraryUnload and one cuMemFree_v2, each CUDA_ERROR_DEINITIALIZED
+ *   (a runtime unloading its modules while the process exits).
  * --wait: block until a line arrives on stdin (the test attaches the recorder first).
  * --dlopen: load libcuda.so.1 only after the wait, like `import torch` does.
  * Counts: 23 launches (12 cuLaunchKernel on thread A, 11 cuLaunchKernelEx on thread B),
@@ -21,11 +28,13 @@
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -269,9 +278,32 @@ static int try_connect(int port) {
     return r;
 }
 
+static int connect_unix(const char *path) {
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {0};
+    a.sun_family = AF_UNIX;
+    strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+    int r = connect(s, (struct sockaddr *)&a, sizeof(a));
+    close(s);
+    return r;
+}
+
+static int n_deinit;
+
+/* registered before libcuda.so.1 loads, so it runs after the driver's own exit handler */
+static void unload_at_exit(void) {
+    for (int i = 0; i < n_deinit; i++) {
+        CALL(cuModuleUnload, (void *), (void *)(0x4000UL + i));
+        CALL(cuLibraryUnload, (void *), (void *)(0x4000UL + i));
+    }
+    if (n_deinit)
+        mem_free(0x7f0000000000ULL);
+}
+
 int main(int argc, char **argv) {
     int wait = 0, use_dlopen = 0, port_open = 0, port_closed = 0, sleep_ms = 0, code = 0;
-    int hang_ms = 0, burst = 0, sticky = 0;
+    int hang_ms = 0, burst = 0, sticky = 0, no_sweep = 0, pw = 0;
+    const char *unix_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--wait")) wait = 1;
         else if (!strcmp(argv[i], "--dlopen")) use_dlopen = 1;
@@ -282,7 +314,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--hang-ms") && i + 1 < argc) hang_ms = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--burst") && i + 1 < argc) burst = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sticky") && i + 1 < argc) sticky = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-sweep")) no_sweep = 1;
+        else if (!strcmp(argv[i], "--getpwuid")) pw = 1;
+        else if (!strcmp(argv[i], "--connect-unix") && i + 1 < argc) unix_path = argv[++i];
+        else if (!strcmp(argv[i], "--deinit") && i + 1 < argc) n_deinit = atoi(argv[++i]);
     }
+    atexit(unload_at_exit);
     if (!use_dlopen) load();
     if (wait) {
         printf("ready %d\n", getpid());
@@ -317,18 +354,26 @@ int main(int argc, char **argv) {
     ctx_sync();
     event_sync((void *)0x7000);
     mem_free(p[0]); mem_free(p[2]); mem_free(p[4]);
-    sweep();
+    if (!no_sweep)
+        sweep();
+    const char *user = "";
+    if (pw) {
+        struct passwd *u = getpwuid(getuid());
+        user = u ? u->pw_name : "?";
+    }
 
     int c_open = port_open ? try_connect(port_open) : 1;
     int c_closed = port_closed ? try_connect(port_closed) : 1;
+    int c_unix = unix_path ? connect_unix(unix_path) : 1;
     long tid_sleep = syscall(SYS_gettid);
     if (sleep_ms) {
         struct timespec t = {sleep_ms / 1000, (sleep_ms % 1000) * 1000000L};
         nanosleep(&t, NULL);
     }
     printf("{\"pid\": %d, \"tid_a\": %ld, \"tid_b\": %ld, \"tid_main\": %ld, \"oom\": %d, "
-           "\"connect_open\": %d, \"connect_closed\": %d}\n",
-           getpid(), tid_a, tid_b, tid_sleep, oom, c_open, c_closed);
+           "\"connect_open\": %d, \"connect_closed\": %d, \"connect_unix\": %d, "
+           "\"user\": \"%s\"}\n",
+           getpid(), tid_a, tid_b, tid_sleep, oom, c_open, c_closed, c_unix, user);
     fflush(stdout);
     if (hang_ms) {   /* a synchronize that is still running when the recorder stops */
         struct timespec t = {hang_ms / 1000, (hang_ms % 1000) * 1000000L};
