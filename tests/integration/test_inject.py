@@ -104,6 +104,22 @@ def test_bad_input_is_one_sentence(tmp_path, args, says):
     assert not os.path.exists(tmp_path / "o" / "lifecycle.json")
 
 
+def test_output_on_a_read_only_mount_is_one_sentence(tmp_path):
+    """-o an existing directory (and one below it) on a tmpfs mounted read-only."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=True)
+    try:
+        for out in (ro, ro / "below"):
+            r = run_clockalign("inject", "--engine", "onnxruntime", "--fault", "invalid-input",
+                               "-o", str(out), env=_env(), timeout=60)
+            lines = r.stderr.strip().splitlines()
+            assert r.returncode == 2 and len(lines) == 1, r.stderr
+            assert lines[0] == f"clockalign: -o {out}: cannot write there (Read-only file system)"
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+
+
 def _ours(marker):
     """Processes whose command line or environment names ``marker``."""
     found = []

@@ -240,6 +240,54 @@ def test_sigterm_leaves_clean_file_and_sigkill_a_readable_one(fakecuda, tmp_path
         target.wait()
 
 
+PACER = """
+import ctypes, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()
+period, t = 1.0 / float(sys.argv[2]), time.monotonic()
+while True:
+    lib.cuLaunchKernel(ctypes.c_void_p(0x3000), 1, 1, 1, 32, 1, 1, 0, None, None, None)
+    t += period
+    time.sleep(max(0.0, t - time.monotonic()))
+"""
+SIGKILL_LOSS_S = 0.15      # README: the last 14-63 ms on the VM (results/sigkill)
+
+
+def test_sigkill_loses_only_the_last_batch(fakecuda, tmp_path):
+    """A target calling cuLaunchKernel 500 times a second, recorded and the recorder killed
+    with SIGKILL: the truncated file keeps every call up to within SIGKILL_LOSS_S of the
+    kill (a recorder that flushed every 250 ms lost up to 300 ms; one that never flushed
+    would keep none of these calls: they fit in the file's 8 KiB buffer)."""
+    for _ in range(2):
+        pacer = subprocess.Popen([sys.executable, "-c", PACER, str(fakecuda / "libcuda.so.1"),
+                                  "500"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True)
+        out = tmp_path / "killed.ca"
+        try:
+            assert pacer.stdout.readline().strip() == "ready"
+            rec = record_pid(fakecuda, out, pacer.pid)
+            wait_for_file(out)
+            pacer.stdin.write("go\n")
+            pacer.stdin.flush()
+            t_go = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            time.sleep(1.5)
+            t_kill = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            rec.send_signal(signal.SIGKILL)
+            rec.communicate(timeout=30)
+        finally:
+            pacer.kill()
+            pacer.wait()
+        r = RunReader(out)
+        assert not r.clean and r.truncated
+        ev = r.events()
+        calls = ev[(ev["kind"] == Kind.CUDA) & (ev["pid"] == pacer.pid) & (ev["ts"] >= t_go)]
+        assert len(calls) > 300, len(calls)                     # 1.5 s at 500/s, kept
+        lost_s = (t_kill - int((calls["ts"] + calls["dur"]).max())) / 1e9
+        assert lost_s < SIGKILL_LOSS_S, f"the last {lost_s * 1000:.0f} ms were lost"
+        out.unlink()
+
+
 def test_bad_input_one_sentence_each(fakecuda, tmp_path):
     p = run_clockalign("record", "--pid", "999999", "-o", str(tmp_path / "x.ca"), *BASE)
     assert p.returncode != 0
@@ -294,6 +342,77 @@ def test_two_pids_in_one_recording(fakecuda, tmp_path):
     assert {t["pid"] for t in r.meta["targets"]} == {a.pid, b.pid}
     for info in infos:
         check_workload(ev[ev["pid"] == info["pid"]], info)
+
+
+def kill_once_loading(rec, target, timeout=120):
+    """Kill ``target`` once the recorder has created its first BPF map: it is compiling
+    and loading the program, so the target ends before any probe of it is armed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert rec.poll() is None, rec.communicate()
+        try:
+            fds = os.listdir(f"/proc/{rec.pid}/fd")
+        except OSError:
+            fds = []
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{rec.pid}/fd/{fd}") == "anon_inode:bpf-map":
+                    target.kill()
+                    target.wait()
+                    return
+            except OSError:
+                pass
+        time.sleep(0.002)
+    raise AssertionError("the recorder created no BPF map")
+
+
+def test_target_that_ends_while_the_probes_are_armed(fakecuda, tmp_path):
+    """One sentence, exit 1, no perf-event fallback (its per-process link was refused with
+    ESRCH because the process is gone, not because the kernel lacks uprobe_multi)."""
+    target = start_waiting_target(fakecuda)
+    out = tmp_path / "gone.ca"
+    rec = record_pid(fakecuda, out, target.pid)
+    try:
+        kill_once_loading(rec, target)
+        _, err = rec.communicate(timeout=120)
+    finally:
+        for p in (target, rec):
+            if p.poll() is None:
+                p.kill()
+    assert rec.returncode == 1, err
+    assert "Traceback" not in err and "uprobe_multi links unavailable" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"clockalign: process {target.pid} ended before the probes were "
+                           "armed (arming took ") and last.endswith(
+        f" s): nothing of it was recorded ({out} holds no event)"), err
+    assert sum(f"process {target.pid} ended" in ln for ln in err.splitlines()) == 1
+    r = RunReader(out)
+    assert r.clean and r.trailer["reason"] == "target ended before the probes were armed"
+    assert not any(r.trailer["counts"].values())
+    arming = r.trailer["arming"]
+    assert 0 < arming["probes_armed_s"] <= arming["total_s"]
+    assert arming["bpf_compile_load_s"] > 0 and "cuda_links_s" in arming
+
+
+def test_one_of_two_targets_ends_while_arming(fakecuda, tmp_path):
+    """The other is recorded whole; the one that ended is named once; exit 0."""
+    gone, stays = start_waiting_target(fakecuda), start_waiting_target(fakecuda)
+    out = tmp_path / "one.ca"
+    rec = subprocess.Popen(clockalign_cmd("record", "--pid", str(gone.pid), "--pid",
+                                          str(stays.pid), "-o", str(out), *BASE),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env_for(fakecuda))
+    kill_once_loading(rec, gone)
+    info, err = release_and_finish(stays, rec, out)
+    assert f"clockalign: process {gone.pid} ended before the probes were armed" in err
+    assert "uprobe_multi links unavailable" not in err
+    armed = [ln for ln in err.splitlines() if ln.startswith("clockalign: probes armed in ")]
+    assert len(armed) == 1 and "BPF compile and load" in armed[0], err
+    r = RunReader(out)
+    assert r.clean and r.trailer["reason"] == "target exited"
+    ev = r.events()
+    assert gone.pid not in set(ev["pid"].tolist())
+    check_workload(ev[ev["pid"] == stays.pid], info)
 
 
 def test_faults_of_a_recording(fakecuda, listener, tmp_path):

@@ -18,6 +18,7 @@ import urllib.request
 from clockalign.store import cuda_api
 from clockalign.workloads.standin import EXPECTED_CALLS
 
+from ..unit.test_watch_server import BURST, BURST_LIMIT_S, _burst, _scrape
 from .conftest import clockalign_cmd
 from .test_watch_prometheus import expected_results, free_port, samples
 
@@ -131,6 +132,12 @@ def test_follow_attaches_to_the_successor_and_counts_both(fakecuda):
         assert value(m, "clockalign_probes_armed") == 1
         assert not any(n == "clockalign_events_dropped_total" and v for (n, _), v in m.items())
         assert watch.poll() is None                       # still serving after both exits
+        wall, got, errors = _burst(port)                  # the recorder's own server, busy
+        assert not errors and len(got) == BURST and wall < BURST_LIMIT_S, (wall, errors[:3])
+        for status, _, body in got:
+            assert status == 200 and calls_of(samples(body.decode()), pid_b) == expected(9)
+        status, headers, body = _scrape(port, "HEAD")
+        assert status == 200 and body == b"" and int(headers["Content-Length"]) > 1000
     finally:
         if watch.poll() is None:
             os.kill(watch.pid, signal.SIGTERM)

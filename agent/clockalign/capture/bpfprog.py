@@ -8,6 +8,7 @@ change between kernels: sched_process_fork's comm became __data_loc in 6.x).
         batch = p.ring.read()
 """
 import dataclasses
+import errno
 import os
 import time
 from importlib import resources
@@ -241,6 +242,8 @@ class Probes:
         self.attached_cuda = []
         self.missing_cuda = []
         self.cuda_attach_s = 0.0
+        self.timings = {}             # seconds each arming step took (recorder's "armed in")
+        self.gone = set()             # targets that exited before their CUDA links were made
         self.aliases = {}
         self.attach_mode = None
         self._links = []
@@ -263,14 +266,20 @@ class Probes:
         except ImportError:
             raise ClockalignError("BCC is not importable: install the OS package python3-bpfcc "
                                   "(scripts/setup.sh does); the PyPI package 'bcc' is unrelated")
+        t0 = time.monotonic()
         if "-DCA_PERF_BUFFERS" in flags or os.environ.get(BUFFERS_ENV):
             self._compile(BPF, flags)
         else:
             self._compile_or_fall_back(BPF, opts, flags)
+        t1 = time.monotonic()
         self.set_targets(tgids)
         self.tgids = list(tgids)
+        t2 = time.monotonic()
         if opts.cuda_lib:                 # {} (follow, no target yet): add_targets links
             self._attach_cuda(opts.cuda_lib)
+        t3 = time.monotonic()
+        self.timings = {"bpf_compile_load_s": t1 - t0, "targets_s": t2 - t1,
+                        "cuda_links_s": t3 - t2}
         flags = self.cflags
         try:
             self.buffers = "perf" if "-DCA_PERF_BUFFERS" in flags else "slots"
@@ -287,6 +296,7 @@ class Probes:
             self.close()
             raise ClockalignError(f"could not open the per-CPU event buffers ({e}); "
                                   "lower --ring-mb") from None
+        self.timings["event_buffers_s"] = time.monotonic() - t3
 
     def _compile_or_fall_back(self, BPF, opts, flags):
         """Load with the slot rings; where they do not load (they need BPF compare-and-swap
@@ -452,6 +462,8 @@ class Probes:
                 self.attach_mode = "uprobe_multi"
         except (OSError, ClockalignError) as e:
             return f"CUDA probes could not be attached ({getattr(e, 'strerror', None) or e})"
+        if self.gone.intersection(tgids):
+            return "it exited before its CUDA probes were attached"
         if not per_pid:
             self._lib_linked.add(lib)
         self.attached_cuda = sorted(set(self.attached_cuda) | {f.symbol for f in at.values()},
@@ -487,12 +499,15 @@ class Probes:
         targets) where the program is built for per-process links, else one for all.  The
         return link is armed first and closed last: a call that enters between the two
         then has its return probed too, so no entry is left without its return (a busy
-        process attached entry-first left some, counted as cuda_nested drops)."""
+        process attached entry-first left some, counted as cuda_nested drops).  A target
+        that exited meanwhile (its link refused with ESRCH) goes into gone and out of the
+        targets: the kernel has the links, so no fallback."""
         BPF = type(self._bpf)
         skip = self.entry_only
         entries = sorted(at)
         returns = [o for o in entries if at[o].id not in skip]
-        pids = (self.tgids if pids is None else pids) if "-DCA_PID_LINKS" in self.cflags else [0]
+        pids = list(self.tgids if pids is None else pids) if "-DCA_PID_LINKS" in self.cflags \
+            else [0]
         for prog, ret, offsets in (("return_any", True, returns),
                                    ("enter_any", False, entries)):
             if not offsets:
@@ -500,13 +515,25 @@ class Probes:
             cookies = [cuda_stubs.cookie(at[o]) for o in offsets]
             fn = self._bpf.load_func(prog, BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
             for pid in pids:
+                if pid in self.gone:
+                    continue
                 spec = (fn.fd, path, offsets, cookies, ret, pid)
                 self._link_specs.append(spec)
                 if not self.cuda_paused:
                     self._link(spec)
 
     def _link(self, spec):
-        fd = link_uprobe_multi(*spec[:5], pid=spec[5])
+        """Make one link; a per-process one refused because that process is gone (ESRCH)
+        puts it into gone and out of the targets instead: the kernel has the links, so no
+        fallback."""
+        try:
+            fd = link_uprobe_multi(*spec[:5], pid=spec[5])
+        except OSError as e:
+            if not (spec[5] and exited_meanwhile(e, spec[5])):
+                raise
+            self.gone.add(spec[5])
+            self.remove_targets([spec[5]])
+            return
         self._links.append(fd)
         if spec[5]:                       # closed when that process exits (remove_targets)
             self._pid_links.setdefault(spec[5], []).append(fd)
@@ -532,8 +559,9 @@ class Probes:
             arr["depth"] = 0
             del arr                       # no view left, so the mapping can close
         self.cuda_paused = False
-        for spec in self._link_specs:
-            self._link(spec)
+        for spec in list(self._link_specs):     # a gone process's specs leave as we go
+            if spec[5] not in self.gone:
+                self._link(spec)
 
     def _attach_each(self, lib, at):
         skip = self.entry_only
@@ -636,6 +664,13 @@ class Probes:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def exited_meanwhile(e: OSError, pid: int) -> bool:
+    """A per-process link refused because the process is gone (ESRCH, no /proc entry or
+    a zombie), not because this kernel cannot make the link."""
+    from .targets import alive
+    return e.errno == errno.ESRCH and not alive(pid)
 
 
 def _tgid_of(tid: int) -> int:

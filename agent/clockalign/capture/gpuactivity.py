@@ -37,6 +37,20 @@ COUNT_KEYS = {GpuKind.KERNEL: "gpu_kernel", GpuKind.MEMCPY: "gpu_copy",
               GpuKind.MEMSET: "gpu_memset", GpuKind.API: "gpu_launch_call"}
 
 
+def cannot_record(env: dict, driver) -> str:
+    """Why no process of a command started with ``env`` can load CUPTI, as far as can be
+    known before it runs (driver: the NVIDIA driver's version line, None when none is
+    loaded); None when it may."""
+    from .libcuda import resolve_like_loader
+    if driver is None:
+        return ("no NVIDIA driver is loaded on this host (/proc/driver/nvidia/version is "
+                "absent), so no process of the command can start CUDA")
+    if resolve_like_loader(env)[0] is None:
+        return ("the command's loader finds no libcuda.so.1 (LD_LIBRARY_PATH, ld.so.cache, "
+                "default directories), so it cannot start CUDA")
+    return None
+
+
 def spawn_only_notice() -> str:
     return ("--gpu-activity needs spawn mode (-- COMMAND): CUPTI can only be injected when a "
             "process initialises CUDA, so a running --pid target gets no GPU activity; "

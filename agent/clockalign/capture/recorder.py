@@ -30,7 +30,11 @@ from .libcuda import locate as locate_libcuda, resolve_like_loader
 from .sinks import open_writer
 
 POLL_S = 0.05
-FLUSH_S = 0.25
+# The run file goes to the OS after every event batch (a batch gathers for at most POLL_S):
+# a SIGKILL of the recorder loses the last 14-63 ms of events, not the up to 308 ms a
+# 250 ms interval lost, at no measurable cost (about 15 more write() calls a second;
+# scripts/bench_sigkill.py, results/sigkill/sigkill.md).
+FLUSH_S = 0.0
 STATUS_S = 1.0    # a STATUS row (event counts, drops so far) this often
 
 
@@ -111,14 +115,19 @@ class Recorder:
         self._duty = CudaDuty(opts.cuda_duty, opts.cuda_duty_period)
         self._follower = None
         self._drain = None           # reads the event buffers from arming until the stop
+        self.arming = None           # seconds arming took, in all and by step (Arming)
+        self._armed_s = None         # of which until the probes were attached
+        self._ended_early = []       # --pid targets that ended before the probes were armed
         self._reader_kind = None     # which: "native" (a C thread) or "python"
 
     # ---------------------------------------------------------------- setup
-    def notice(self, text, level="notice"):
+    def notice(self, text, level="notice", echo=True):
+        """Into the run file (NOTICES) and, unless echo is False, on stderr."""
         self.notices.append({"t_ns": _now(), "level": level, "text": text})
         if self.writer:
             self.writer.write_rows(Chunk.NOTICES, [self.notices[-1]])
-        print(f"clockalign: {text}", file=sys.stderr)
+        if echo:
+            print(f"clockalign: {text}", file=sys.stderr)
 
     def _resolve_cuda(self, pids, env):
         """The libcuda to probe: a path (--libcuda, spawn mode), or in pid mode
@@ -265,8 +274,10 @@ class Recorder:
             tgids = list(o.pids)
         follow = o.follow_children if o.follow_children is not None else bool(self.child)
         self._preload()
+        arm = Arming()
         try:
             cuda_lib = self._resolve_cuda(tgids, env)
+            arm.step("libcuda_lookup_s")
             self._duty.start()            # the first armed window opens as the links arm
             probes = Probes(ProbeOptions(cuda_lib=cuda_lib, follow_children=follow,
                                          cuda_args=o.cuda_args, cuda_returns=o.cuda_returns,
@@ -276,6 +287,8 @@ class Recorder:
                 raise ClockalignError("--cuda-duty needs uprobe_multi links (Linux 6.6 or "
                                       "later) to detach and re-arm the CUDA probes cheaply; "
                                       f"this kernel gave {probes.attach_mode or 'none'}")
+            arm.steps.update(probes.timings)
+            arm.step()
         except BaseException:
             if self.child:
                 self.child.cancel()
@@ -291,6 +304,10 @@ class Recorder:
                 # take ~0.1 s, in which one busy thread fills its CPU's buffer.
                 self._drain = start_drain(probes.ring, next_poll_s)
                 self._reader_kind = self._drain.kind
+                self.arming = arm.done()
+                self._armed_s = self.arming["probes_armed_s"] = self.arming["total_s"]
+                self.notice(arm.text())
+                self._gone_while_arming(probes, tgids)
                 try:
                     self.writer = open_writer(o.output, self._meta(tgids, cuda_lib, probes),
                                               o.sinks)
@@ -309,9 +326,12 @@ class Recorder:
                             "text": "symbols not exported by libcuda: "
                                     + ", ".join(probes.missing_cuda)}])
                     self._snapshot_threads(tgids)
+                    arm.step("run_file_and_threads_s")
                     helpers = []
                     try:
                         self._start_helpers(helpers)
+                        arm.step("helpers_s")
+                        self.arming = {"probes_armed_s": self._armed_s, **arm.done()}
                         if self.child:
                             self.child.release()
                         self._loop(probes, tgids)
@@ -324,25 +344,71 @@ class Recorder:
                     self._stop_drain()     # taken by the loop or _finish; else failing early
         finally:
             self._restore_signals(old)
+        if self._ended_early and self._ended_early == tgids:
+            n, it = self._target_events(), "it" if len(tgids) == 1 else "them"
+            if not n:
+                raise ClockalignError(f"{self._ended_text()}: nothing of {it} was recorded "
+                                      f"({o.output or 'the run'} holds no event)", exit_code=1)
+            print(f"clockalign: {self._ended_text()}: only {n} events of {it} (the end) were "
+                  "recorded", file=sys.stderr)
         return self.summary
 
+    def _gone_while_arming(self, probes, tgids) -> list:
+        """The --pid targets that ended before the probes were armed, each named in a notice
+        (on stderr too unless all of them did: then run() says it once, at the end); when
+        all did, the recording stops at once."""
+        if self.child is not None or self._follower is not None:
+            return []
+        gone = [p for p in tgids if p in probes.gone or not targets.alive(p)]
+        if not gone:
+            return []
+        self._ended_early = gone
+        everyone = gone == tgids
+        for p in gone:
+            self.notice(self._ended_text([p]), "warning", echo=not everyone)
+        if everyone:
+            self.stop_reason = (f"target{'s' if len(gone) > 1 else ''} ended before the "
+                                "probes were armed")
+            self._stop.set()
+        return gone
+
+    def _ended_text(self, pids=None) -> str:
+        pids = pids or self._ended_early
+        who = (f"process {pids[0]}" if len(pids) == 1
+               else "processes " + ", ".join(map(str, pids)))
+        return (f"{who} ended before the probes were armed (arming took "
+                f"{self._armed_s:.1f} s)")
+
+    def _target_events(self) -> int:
+        """Events of the targets (not the host-wide Xids) in the recording so far."""
+        return sum(n for k, n in self.counts.items() if k not in ("xid", "xid_msg"))
+
     def _prepare_activity(self, env):
-        """--gpu-activity: CUPTI injected into the command (env gets its variables), or one
-        notice saying why not; the rest is recorded either way."""
-        from .gpuactivity import GpuActivity, spawn_only_notice
+        """--gpu-activity: CUPTI offered to the command (env gets CUDA_INJECTION64_PATH and
+        the library's settings), or, first and once, one notice saying why GPU activity
+        will not be recorded (no driver, no libcuda for the command, no CUPTI); the rest is
+        recorded either way."""
+        from .gpuactivity import GpuActivity, cannot_record, spawn_only_notice
         if not self.opts.command:
             self.notice(spawn_only_notice(), "warning")
             return
-        act = GpuActivity(raw=self.opts.gpu_activity_timestamps != "converted")
+        why = cannot_record(env, nvidia_driver_version())
+        act = None
         try:
-            act.prepare(env)
+            if why is None:
+                act = GpuActivity(raw=self.opts.gpu_activity_timestamps != "converted")
+                act.prepare(env)
         except ClockalignError as e:
             act.close()
-            self.notice(f"GPU activity is off: {e}", "warning")
+            why = str(e)
+        if why is not None:
+            self.notice(f"GPU activity will not be recorded: {why}; recording the rest",
+                        "warning")
             return
         self._activity = act
-        self.notice(f"GPU activity: CUPTI {act.cupti.lib} (from {act.cupti.where}) injected "
-                    f"through CUDA_INJECTION64_PATH, {act.meta()['timestamps']} timestamps")
+        self.notice(f"GPU activity: each process of the command that starts CUDA is to load "
+                    f"CUPTI {act.cupti.lib} (from {act.cupti.where}) through "
+                    f"CUDA_INJECTION64_PATH, {act.meta()['timestamps']} timestamps")
 
     def _close_activity(self):
         if self._activity is not None:
@@ -599,6 +665,7 @@ class Recorder:
                    "bpf_skipped_runs": skipped,
                    "helpers": stats, "child_exit": exit_info,
                    "unfinished_cuda": int(len(unfinished)), "clocks_end": read_clocks(),
+                   "arming": self.arming,
                    **({"cuda_duty": self._duty.trailer()} if self._duty.active else {})}
         try:
             self.writer.close(trailer)
@@ -618,6 +685,40 @@ class Recorder:
             self.write_error = e
         self.stop_reason = self.stop_reason or "run file write failed"
         self._stop.set()
+
+
+class Arming:
+    """How long arming takes, step by step: from the libcuda lookup to the probes attached
+    (what a --pid target runs unrecorded after `record` starts: 3-5 s on the 2-core VM,
+    mostly the BPF compile), then the run file and the helpers' start (the trailer's
+    "arming" has every step; "total_s" is up to the last one timed)."""
+    NAMES = {"libcuda_lookup_s": "libcuda lookup", "bpf_compile_load_s": "BPF compile and load",
+             "targets_s": "targets map", "cuda_links_s": "CUDA links",
+             "event_buffers_s": "event buffers", "run_file_and_threads_s":
+             "run file and thread snapshot", "helpers_s": "clock probe, counters and CUPTI "
+             "reader start"}
+
+    def __init__(self):
+        self.t0 = self.last = time.monotonic()
+        self.steps = {}
+
+    def step(self, name=None):
+        """End a step (name None: one whose parts were filled in by someone else)."""
+        now = time.monotonic()
+        if name is not None:
+            self.steps[name] = now - self.last
+        self.last = now
+
+    def done(self) -> dict:
+        return {"total_s": round(self.last - self.t0, 4),
+                **{k: round(v, 4) for k, v in self.steps.items()}}
+
+    def text(self) -> str:
+        """One notice: the time to the probes attached, by the steps that took 5 ms or more."""
+        d = self.done()
+        parts = ", ".join(f"{self.NAMES.get(k, k)} {v:.2f} s" for k, v in d.items()
+                          if k != "total_s" and v >= 0.005)
+        return f"probes armed in {d['total_s']:.2f} s ({parts})"
 
 
 def _tgid(pid: int):

@@ -20,10 +20,15 @@ ANSWER_TIMEOUT_S = 300
 
 
 def split_url(url: str):
-    u = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
-    if u.scheme != "http" or not u.hostname:
+    """(host, port) of an http://HOST:PORT URL; anything else is one sentence."""
+    try:
+        u = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+        host, port = u.hostname, u.port
+    except ValueError as e:               # a port out of range, an unclosed [IPv6 address
+        raise ClockalignError(f"--url {url}: {e}; give http://HOST:PORT") from None
+    if u.scheme != "http" or not host or port == 0:
         raise ClockalignError(f"--url {url}: give http://HOST:PORT")
-    return u.hostname, u.port or 80
+    return host, port or 80
 
 
 class Driver:
@@ -36,22 +41,32 @@ class Driver:
     def _conn(self, timeout=ANSWER_TIMEOUT_S):
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
-    def get(self, path, timeout=10.0):
-        """(status, body bytes) of one GET on its own connection."""
+    def get(self, path, timeout=10.0, method="GET", body=None):
+        """(status, body bytes) of one request on its own connection; no answer, or one
+        that is not HTTP, is one sentence."""
         c = self._conn(timeout)
         try:
-            c.request("GET", path)
+            c.request(method, path, body=body, headers={"Content-Type": "application/json"}
+                      if body is not None else {})
             r = c.getresponse()
             return r.status, r.read()
+        except (OSError, http.client.HTTPException) as e:
+            why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+            raise ClockalignError(f"no V2 server answers at {self.url} ({why})") from None
         finally:
             c.close()
 
-    def check_live(self):
+    def _json(self, path, status, body):
+        """The JSON answer of ``path``; a server that answers something else is one sentence."""
         try:
-            status, _ = self.get("/v2/health/live", timeout=5)
-        except OSError as e:
-            raise ClockalignError(f"no V2 server answers at {self.url} "
-                                  f"({e.strerror or e})") from None
+            return json.loads(body)
+        except ValueError:
+            text = body[:60].decode(errors="replace")
+            raise ClockalignError(f"{self.url}{path} answered {status} with {text!r}, not "
+                                  "JSON: is this a KServe V2 server?") from None
+
+    def check_live(self):
+        status, _ = self.get("/v2/health/live", timeout=5)
         if status != 200:
             raise ClockalignError(f"{self.url}/v2/health/live answered {status}: not live")
 
@@ -59,27 +74,31 @@ class Driver:
         """--model, or the first READY model of the repository index (Triton, MLServer)."""
         if self.model:
             return self.model
-        c = self._conn(10)
-        try:
-            c.request("POST", "/v2/repository/index", body=b"{}",
-                      headers={"Content-Type": "application/json"})
-            r = c.getresponse()
-            body = r.read()
-        finally:
-            c.close()
-        models = json.loads(body) if r.status == 200 else []
-        ready = [m["name"] for m in models if str(m.get("state", "READY")).upper() == "READY"]
+        status, body = self.get("/v2/repository/index", method="POST", body=b"{}")
+        models = self._json("/v2/repository/index", status, body) if status == 200 else []
+        ready = [m["name"] for m in models if isinstance(m, dict) and "name" in m
+                 and str(m.get("state", "READY")).upper() == "READY"] \
+            if isinstance(models, list) else []
         if not ready:
             raise ClockalignError(f"{self.url} lists no ready model; name one with --model")
         self.model = ready[0]
         return self.model
 
     def metadata(self) -> dict:
-        status, body = self.get(f"/v2/models/{self.pick_model()}")
+        """The model's V2 metadata: an object whose inputs each have a name."""
+        path = f"/v2/models/{self.pick_model()}"
+        status, body = self.get(path)
         if status != 200:
             raise ClockalignError(f"{self.url} has no model {self.model!r} "
                                   f"(metadata answered {status})")
-        return json.loads(body)
+        meta = self._json(path, status, body)
+        inputs = meta.get("inputs") if isinstance(meta, dict) else None
+        if not inputs or not isinstance(inputs, list) or not all(
+                isinstance(t, dict) and "name" in t and isinstance(t.get("shape", []), list)
+                and all(isinstance(n, int) for n in t.get("shape", [])) for t in inputs):
+            raise ClockalignError(f"{self.url}{path} is not V2 model metadata (no inputs "
+                                  "with a name and an integer shape)")
+        return meta
 
     def ready_once(self) -> bool:
         """One readiness poll on a kept-alive connection; a refused connection is not ready."""

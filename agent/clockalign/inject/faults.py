@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ClockalignError
 from . import model
 
 OOM_POINTS = 1 << 18
@@ -133,8 +134,8 @@ def _generic_tensor(t, rng, batch=None):
             shape[var[0]] = batch
     dt = t.get("datatype", "FP32")
     if dt not in _NP:
-        raise ValueError(f"input {t.get('name')!r} has datatype {dt}, which this driver "
-                         "does not generate")
+        raise ClockalignError(f"input {t.get('name')!r} has datatype {dt}, which this "
+                              "driver does not generate")
     n = math.prod(shape)
     a = (rng.random(n) * 4).astype(_NP[dt]) if dt != "BOOL" else rng.random(n) > 0.5
     return {"name": t["name"], "datatype": dt, "shape": shape, "data": a.tolist()}

@@ -18,7 +18,7 @@ import time
 
 from ..errors import ClockalignError
 from . import engines
-from .faults import FAULTS
+from .faults import FAULTS, normal_request
 
 ENGINES = engines.ENGINES + ("v2",)
 SESSION_EXIT_S = 30
@@ -104,6 +104,7 @@ def check(plan: Plan) -> None:
     for f in plan.faults:
         if f not in FAULTS:
             raise ClockalignError(f"unknown fault {f!r}; choose one of {', '.join(FAULTS)}")
+    writable(plan.out_dir)
     if "v2" in plan.engines:
         if not plan.url:
             raise ClockalignError("--engine v2 drives a running V2 server: give its --url")
@@ -114,7 +115,9 @@ def check(plan: Plan) -> None:
                                       "standard way to be made to " +
                                       ("hang" if f == "timeout" else "fault its GPU"))
         from .driver import Driver
-        Driver(plan.url).check_live()
+        d = Driver(plan.url, plan.model)
+        d.check_live()
+        normal_request(d.metadata())      # inputs this driver cannot generate: refused
         if plan.load:
             from .driver import split_url
             if not is_loopback(split_url(plan.url)[0]):
@@ -143,11 +146,21 @@ def check(plan: Plan) -> None:
                               "(NVML found none)")
     if plan.port:
         free_port(plan.port)
-    if not os.path.isdir(plan.out_dir):
-        try:
-            os.makedirs(plan.out_dir)
-        except OSError as e:
-            raise ClockalignError(f"cannot create {plan.out_dir}: {e.strerror}") from None
+
+
+def writable(out_dir: str) -> None:
+    """Make ``out_dir`` and write a file in it, or say in one sentence why not (a read-only
+    mount, a file in the way, no permission)."""
+    import tempfile
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=out_dir, prefix=".clockalign-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ClockalignError(f"-o {out_dir}: cannot write there "
+                              f"({e.strerror or e})") from None
+
 
 
 def _session_cmd(plan, engine, fault, work, port, device):
@@ -195,10 +208,13 @@ def record_one(plan, engine, fault, notices) -> dict:
     from ..capture.recorder import Recorder, RecordOptions
     stem = f"{engine}-{fault}" + (f"-standby{plan.standby}" if plan.standby else "")
     work = os.path.join(plan.out_dir, stem)
-    os.makedirs(work, exist_ok=True)
-    for name in ("client.json", "events.jsonl", "load.json"):
-        if os.path.exists(os.path.join(work, name)):
-            os.unlink(os.path.join(work, name))
+    try:
+        os.makedirs(work, exist_ok=True)
+        for name in ("client.json", "events.jsonl", "load.json"):
+            if os.path.exists(os.path.join(work, name)):
+                os.unlink(os.path.join(work, name))
+    except OSError as e:
+        raise ClockalignError(f"cannot prepare {work}: {e.strerror or e}") from None
     env = _env()
     port = 0 if plan.url else free_port(plan.port)
     device = "cuda" if FAULTS[fault].gpu_only else plan.device

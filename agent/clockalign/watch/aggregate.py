@@ -123,7 +123,7 @@ class Aggregator:
         self.armed = False
         self.cuda_share = 1.0             # --cuda-duty (capture/duty.py)
         self.closed = False
-        self.scrapes = 0                                # set by the collector
+        self.scrapes = 0                                # set by the server (watch/server.py)
         self._xid_from_bpf = False
         self._pci = {}
         self._free = {}                                 # gpu -> deque[(t_from, t_to, bytes)]

@@ -2,7 +2,7 @@
 
 Metric names are a contract (README "Watch" lists them).  Everything is computed at scrape
 time from the aggregator's snapshot with prometheus_client's metric families; the HTTP
-server is prometheus_client's own.  GPU counters use dcgm-exporter's names and units
+server is watch/server.py (prometheus_client's could not take a burst of scrapes).  GPU counters use dcgm-exporter's names and units
 (DCGM_FI_DEV_FB_FREE in MiB, ...) so dashboards built for it read them, with its labels
 gpu, UUID, device and modelName.
 
@@ -132,14 +132,13 @@ class WatchCollector:
 
     def __init__(self, aggregator):
         self.agg = aggregator
-        self.scrapes = 0
+        self.scrapes = 0      # collections (scrapes that arrive together share one)
 
     def describe(self):
         return []     # families depend on what was seen; no registration-time collect
 
     def collect(self):
         self.scrapes += 1
-        self.agg.scrapes = self.scrapes
         s = self.agg.snapshot()
         yield _counter("clockalign_cuda_calls", HELP["cuda_calls"], ["pid", "function", "result"],
                        s["cuda_calls"].items())
@@ -250,15 +249,11 @@ def is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def serve(registry, host: str, port: int):
-    """prometheus_client's HTTP server on (host, port), in a daemon thread; returns it (its
-    server_address has the port bound, for port 0)."""
-    from prometheus_client import start_http_server
-    try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
-    except OSError as e:
-        raise ClockalignError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    return server
+def serve(registry, host: str, port: int, on_scrape=None):
+    """Serve ``registry`` on (host, port) from daemon threads (watch/server.py); returns the
+    server (its server_address has the port bound, for port 0)."""
+    from .server import MetricsServer
+    return MetricsServer(registry, host, port, on_scrape=on_scrape)
 
 
 __all__ = ["WatchCollector", "build_registry", "serve", "parse_listen", "is_loopback",

@@ -39,8 +39,8 @@ def run_watch(opts, listen: str, announce=None) -> dict:
     say = announce or (lambda text: print(f"clockalign: {text}", file=sys.stderr, flush=True))
     url = None
     agg = Aggregator(on_open=lambda: say(f"probes armed: serving {url}"))
-    registry, collector = build_registry(agg)
-    server = serve(registry, host, port)
+    registry, _ = build_registry(agg)
+    server = serve(registry, host, port, on_scrape=lambda n: setattr(agg, "scrapes", n))
     try:
         bound = server.server_address[1]
         url = f"http://{f'[{host}]' if ':' in host else host}:{bound}/metrics"
@@ -51,5 +51,5 @@ def run_watch(opts, listen: str, announce=None) -> dict:
     finally:
         server.shutdown()
         server.server_close()
-    return {**summary, "scrapes": collector.scrapes, "url": url,
+    return {**summary, "scrapes": server.scrapes, "url": url,
             "cuda_calls": agg.cuda_calls_seen}
