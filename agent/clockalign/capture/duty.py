@@ -35,22 +35,29 @@ class CudaDuty:
         return self.share < 1
 
     def start(self):
-        """The probes were just armed: the first window opens."""
-        self.t0 = self.armed_from = _now()
+        """The probes are being armed: the first window opens."""
+        self.armed_from = _now()
+        self.t0 = self.armed_from
+        self._next = self.armed_from + int(self.share * self.period_ns)
 
     def tick(self, probes):
-        """Arm or detach the CUDA links where the period says so (called every ~50 ms)."""
+        """Detach or re-arm the CUDA links when the current half is over (called every
+        ~50 ms; a late call makes that half longer, never the next one shorter)."""
         if not self.active or self.t0 is None:
             return
         now = _now()
-        want = (now - self.t0) % self.period_ns < self.share * self.period_ns
-        if want and self.armed_from is None:
+        if now < self._next:
+            return
+        if self.armed_from is not None:
+            probes.pause_cuda()
+            end = _now()
+            self.windows.append([self.armed_from, end])
+            self.armed_from = None
+            self._next = end + int((1 - self.share) * self.period_ns)
+        else:
             self.armed_from = _now()        # before the links: a window holds all it saw
             probes.resume_cuda()
-        elif not want and self.armed_from is not None:
-            probes.pause_cuda()
-            self.windows.append([self.armed_from, _now()])
-            self.armed_from = None
+            self._next = self.armed_from + int(self.share * self.period_ns)
 
     def close(self):
         if self.armed_from is not None:
