@@ -173,8 +173,8 @@ class MetricsServer:
                         self._close_idle(key.fileobj)
             now = time.monotonic()
             for conn in [c for c, (end, _, _) in self._idle.items() if end <= now]:
+                self.idle_closed += 1      # counted before the client can see it closed
                 self._close_idle(conn)
-                self.idle_closed += 1
 
     def _accept(self):
         while True:
@@ -185,8 +185,8 @@ class MetricsServer:
             except OSError:            # out of descriptors, a connection reset in the queue
                 return
             if len(self._idle) >= self.max_idle:      # the oldest idle one makes room
-                self._close_idle(min(self._idle, key=lambda c: self._idle[c][0]))
                 self.idle_closed += 1
+                self._close_idle(min(self._idle, key=lambda c: self._idle[c][0]))
             conn.setblocking(False)
             self._idle[conn] = (time.monotonic() + self.idle_s, peer, bytearray())
             self._sel.register(conn, selectors.EVENT_READ)
