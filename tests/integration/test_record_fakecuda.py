@@ -675,45 +675,38 @@ def test_attach_to_a_busy_process_drops_nothing(fakecuda, tmp_path, cuda_returns
     link is armed before the entry link, so no call is left with an entry and no return
     (armed the other way round, each attach lost tens of calls as cuda_nested, and an entry
     left behind paired with a later return of the same function: a wrong duration)."""
+    r = record_busy(fakecuda, tmp_path, "--cuda-returns", cuda_returns, "--duration", "3")
+    assert r.trailer["drops"] == {}, r.trailer["drops"]
+    ev = r.events()
+    kind = Kind.CUDA if cuda_returns == "all" else Kind.CUDA_ENTRY
+    launches = ev[(ev["kind"] == kind) & (ev["code"] == CUDA_FN_BY_NAME["cuLaunchKernel"])]
+    assert len(launches) > 1000
+    assert len(set(launches["tid"].tolist())) == 3
+    assert "cuLaunchKernel" in r.meta["cuda_entry_only"] or cuda_returns == "all"
+
+
+def record_busy(fakecuda, tmp_path, *args):
+    """`record --pid` of a process whose threads launch nonstop, with args; its run."""
     busy = subprocess.Popen([sys.executable, "-c", BUSY, str(fakecuda / "libcuda.so.1")],
                             stdout=subprocess.PIPE, text=True, env=env_for(fakecuda))
     try:
         assert busy.stdout.readline().strip() == "ready"
         out = tmp_path / "busy.ca"
-        rec = run_clockalign("record", "--pid", str(busy.pid), "-o", str(out), *BASE,
-                             "--cuda-returns", cuda_returns, "--duration", "3",
+        rec = run_clockalign("record", "--pid", str(busy.pid), "-o", str(out), *BASE, *args,
                              env=env_for(fakecuda), timeout=180)
         assert rec.returncode == 0, rec.stderr
-        r = RunReader(out)
-        assert r.trailer["drops"] == {}, r.trailer["drops"]
-        ev = r.events()
-        kind = Kind.CUDA if cuda_returns == "all" else Kind.CUDA_ENTRY
-        launches = ev[(ev["kind"] == kind) & (ev["code"] == CUDA_FN_BY_NAME["cuLaunchKernel"])]
-        assert len(launches) > 1000
-        assert len(set(launches["tid"].tolist())) == 3
-        assert "cuLaunchKernel" in r.meta["cuda_entry_only"] or cuda_returns == "all"
     finally:
         busy.kill()
         busy.wait()
+    return RunReader(out)
 
 
 def test_cuda_duty_records_only_inside_its_armed_windows(fakecuda, tmp_path):
     """--cuda-duty 0.5: the CUDA links are detached half of every period and armed again,
     with nothing lost at the switches; every call recorded lies in a window the trailer
     lists, and the windows cover about half the time."""
-    busy = subprocess.Popen([sys.executable, "-c", BUSY, str(fakecuda / "libcuda.so.1")],
-                            stdout=subprocess.PIPE, text=True, env=env_for(fakecuda))
-    try:
-        assert busy.stdout.readline().strip() == "ready"
-        out = tmp_path / "duty.ca"
-        rec = run_clockalign("record", "--pid", str(busy.pid), "-o", str(out), *BASE,
-                             "--cuda-duty", "0.5", "--cuda-duty-period", "0.5",
-                             "--duration", "4", env=env_for(fakecuda), timeout=180)
-        assert rec.returncode == 0, rec.stderr
-    finally:
-        busy.kill()
-        busy.wait()
-    r = RunReader(out)
+    r = record_busy(fakecuda, tmp_path, "--cuda-duty", "0.5", "--cuda-duty-period", "0.5",
+                    "--duration", "4")
     assert r.trailer["drops"] == {}, r.trailer["drops"]
     assert r.meta["cuda_duty"] == {"share": 0.5, "period_s": 0.5}
     duty = r.trailer["cuda_duty"]
