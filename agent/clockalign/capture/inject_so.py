@@ -154,6 +154,17 @@ def find_dlopen(pid) -> dict:
                          else " (no libc, libdl or musl mapped exports it)"))
 
 
+def read_memory(pid, addr, n) -> bytes:
+    """Up to n bytes of the target's memory at addr (no stop needed: process_vm_readv)."""
+    buf = ctypes.create_string_buffer(n)
+    local, remote = _IoVec(ctypes.addressof(buf), n), _IoVec(addr, n)
+    got = _libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    if got < 0:
+        e = ctypes.get_errno()
+        raise InjectError(f"cannot read process {pid}'s memory: {os.strerror(e)}")
+    return buf.raw[:got]
+
+
 # -- why ptrace would be refused -----------------------------------------------------------
 def status_fields(pid) -> dict:
     out = {}
@@ -294,13 +305,7 @@ class Tracee:
 
     # -- memory ----------------------------------------------------------------------
     def read(self, addr, n) -> bytes:
-        buf = ctypes.create_string_buffer(n)
-        local, remote = _IoVec(ctypes.addressof(buf), n), _IoVec(addr, n)
-        got = _libc.process_vm_readv(self.pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-        if got < 0:
-            e = ctypes.get_errno()
-            raise InjectError(f"cannot read process {self.pid}'s memory: {os.strerror(e)}")
-        return buf.raw[:got]
+        return read_memory(self.pid, addr, n)
 
     def write(self, addr, data: bytes):
         buf = ctypes.create_string_buffer(data, len(data))

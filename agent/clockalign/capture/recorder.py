@@ -316,22 +316,28 @@ class Recorder:
         return self.summary
 
     def _prepare_activity(self, env):
-        """--gpu-activity: CUPTI injected into the command (env gets its variables), or one
-        notice saying why not; the rest is recorded either way."""
-        from .gpuactivity import GpuActivity, spawn_only_notice
-        if not self.opts.command:
-            self.notice(spawn_only_notice(), "warning")
-            return
+        """--gpu-activity: CUPTI injected into the command (env gets its variables), or into
+        the --pid targets once the probes are armed (_start_helpers), or one notice saying
+        why not; the rest is recorded either way."""
+        from .gpuactivity import GpuActivity
         act = GpuActivity(raw=self.opts.gpu_activity_timestamps != "converted")
         try:
-            act.prepare(env)
+            if not self.opts.command:
+                for text in act.prepare_live(self.opts.pids, env):
+                    self.notice(text, "warning")
+                if not act.attaching:
+                    act.close()
+                    return
+            else:
+                act.prepare(env)
         except ClockalignError as e:
             act.close()
             self.notice(f"GPU activity is off: {e}", "warning")
             return
         self._activity = act
-        self.notice(f"GPU activity: CUPTI {act.cupti.lib} (from {act.cupti.where}) injected "
-                    f"through CUDA_INJECTION64_PATH, {act.meta()['timestamps']} timestamps")
+        if self.opts.command:
+            self.notice(f"GPU activity: CUPTI {act.cupti.lib} (from {act.cupti.where}) injected "
+                        f"through CUDA_INJECTION64_PATH, {act.meta()['timestamps']} timestamps")
 
     def _close_activity(self):
         if self._activity is not None:
@@ -368,6 +374,8 @@ class Recorder:
         if self._activity is not None:
             self._activity.start_writing(self.writer)
             helpers.append(("gpu_activity", self._activity))
+            for level, text in self._activity.attach_live():    # --pid: probes armed now
+                self.notice(text, level)
         try:
             from .clockprobe import ClockProbeThread
             gpus = [d for d in self.devices if d.cuda_ordinal is not None] \
