@@ -5,8 +5,8 @@ PTRACE_INTERRUPT: no SIGSTOP, so no job-control side effects); its registers are
 call is set up on its stack, below the red zone, with 0 as the return address: when the
 called function returns, the thread faults at address 0 and the tracer, seeing SIGSEGV with
 rip == 0, takes rax and suppresses the signal.  Afterwards the registers and the stack bytes
-written are put back exactly and the thread is detached; a system call it was interrupted in
-is restarted by the kernel as after any signal (orig_rax is saved; during our calls it is
+below it (what the calls wrote, 256 KiB at most) are put back exactly and the thread is
+detached; a system call it was interrupted in is restarted by the kernel as after any signal (orig_rax is saved; during our calls it is
 -1, so no restart is attempted in the middle).  The other threads keep running throughout.
 
 dlopen is found from the ELF file on disk (through /proc/PID/root, so a container's own
@@ -37,6 +37,7 @@ RED_ZONE = 128
 SCRATCH_GAP = 512            # below the red zone, what our call's arguments start under
 CALL_TIMEOUT_S = 60.0
 SETTLE_TRIES = 50            # interrupts until the thread stops outside the loader / libc
+STACK_KEPT = 256 << 10       # bytes below the stack pointer saved, and put back at detach
 
 
 class InjectError(ClockalignError):
@@ -165,6 +166,16 @@ def read_memory(pid, addr, n) -> bytes:
     return buf.raw[:got]
 
 
+def _region_start(pid, addr) -> int:
+    """The start of the mapping holding addr (the thread's stack)."""
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split(None, 1)[0].split("-"))
+            if lo <= addr < hi:
+                return lo
+    raise InjectError(f"process {pid}'s stack pointer {addr:#x} is in no mapping")
+
+
 # -- why ptrace would be refused -----------------------------------------------------------
 def status_fields(pid) -> dict:
     out = {}
@@ -223,6 +234,7 @@ class Tracee:
         self.saved = None
         self._seized = False
         self._pending_sig = 0
+        self._stack = None
 
     def __enter__(self):
         why = ptrace_refusal(self.pid)
@@ -235,6 +247,8 @@ class Tracee:
         self._seized = True
         try:
             self._stop_settled()
+            lo = max(self.saved.rsp - STACK_KEPT, _region_start(self.pid, self.saved.rsp - 1))
+            self._stack = (lo, self.read(lo, self.saved.rsp - lo))
         except BaseException:
             self._detach()
             raise
@@ -284,6 +298,13 @@ class Tracee:
                 raise TimeoutError
             time.sleep(0.0005)
 
+    def restore(self):
+        """The stack bytes and registers as they were when the thread was stopped."""
+        if self._stack is not None:
+            self.write(*self._stack)
+        if self.saved is not None:
+            self._setregs(self.saved)
+
     def _getregs(self) -> _Regs:
         r = _Regs()
         _ptrace(PTRACE_GETREGS, self.tid, 0, ctypes.addressof(r))
@@ -297,8 +318,7 @@ class Tracee:
             return
         self._seized = False
         try:
-            if self.saved is not None:
-                self._setregs(self.saved)
+            self.restore()
             _ptrace(PTRACE_DETACH, self.tid, 0, self._pending_sig)
         except OSError:
             pass        # it exited meanwhile
@@ -345,22 +365,22 @@ class Tracee:
             else:
                 vals.append(int(a) & (2 ** 64 - 1))
         sp = (sp & ~15) - 8          # as after a call instruction: rsp + 8 is 16-aligned
-        old = self.read(sp, s.rsp - sp)
+        if sp < self._stack[0]:
+            raise InjectError("the call's arguments do not fit in the saved stack bytes")
+        self.write(sp, b"\0" * 8)
+        for at, blob in blobs:
+            self.write(at, blob)
+        r = _Regs.from_buffer_copy(s)
+        r.rip, r.rsp, r.rax, r.orig_rax = addr, sp, 0, 2 ** 64 - 1
+        for name, v in zip(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), vals):
+            setattr(r, name, v)
+        self._setregs(r)
         try:
-            self.write(sp, b"\0" * 8)
-            for at, blob in blobs:
-                self.write(at, blob)
-            r = _Regs.from_buffer_copy(s)
-            r.rip, r.rsp, r.rax, r.orig_rax = addr, sp, 0, 2 ** 64 - 1
-            for name, v in zip(("rdi", "rsi", "rdx", "rcx", "r8", "r9"), vals):
-                setattr(r, name, v)
-            self._setregs(r)
             return self._run_until_return()
         finally:
             try:
                 self._setregs(s)
-                self.write(sp, old)
-            except (OSError, InjectError):
+            except OSError:
                 pass      # the target is gone
 
     def _run_until_return(self) -> int:
