@@ -4,6 +4,7 @@ injection library, puts it into the command's environment, and the records the c
 "CUDA" hands to it reach the run file, the trailer and the notices."""
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from clockalign.store.reader import RunReader
 from clockalign.store.schema import Chunk, GpuKind
 
 from ..unit.test_gpu_wire import CHILD    # what libcuda does at cuInit, then n launches
-from .conftest import clockalign_cmd, run_clockalign
+from .conftest import clockalign_cmd, run_clockalign, wait_for_file
 
 UNIT = Path(__file__).parent.parent / "unit"
 BASE = ["--no-cuda", "--counters", "none", "--no-gpu-clock", "--quiet"]
@@ -61,13 +62,159 @@ def test_spawned_command_gets_cupti_and_its_records_reach_the_run(fake_install, 
     assert "could not be mapped" in d.stderr
 
 
-def test_pid_mode_says_it_cannot_inject_and_records_the_rest(tmp_path):
+# A running "CUDA" process: the stand-in libcuda mapped, the stand-in libcupti loaded (so
+# the library's dlopen of it gets this same copy); 23 launches per fake_run, done only while
+# a CUPTI client is subscribed, `want` times, then idle until `secs` have passed.
+LIVE_TARGET = """
+import ctypes, os, sys, threading, time
+ctypes.CDLL(sys.argv[1])
+fake = ctypes.CDLL(sys.argv[2], ctypes.RTLD_GLOBAL)
+if sys.argv[5] == "taken":
+    fake.fake_take_subscription()
+want, runs = int(sys.argv[3]), 0
+print(threading.get_native_id(), len(os.listdir("/proc/self/task")), flush=True)
+end = time.monotonic() + float(sys.argv[4])
+while time.monotonic() < end:
+    if runs < want and fake.fake_run(23) == 0:
+        runs += 1
+        print("run", runs, flush=True)
+    time.sleep(0.01)
+print("done", runs, fake.fake_subscribed(), len(os.listdir("/proc/self/task")), flush=True)
+"""
+
+
+def _live_target(fakecuda, fake_install, want, secs, mode="free"):
+    p = subprocess.Popen([sys.executable, "-c", LIVE_TARGET, str(fakecuda / "libcuda.so.1"),
+                          str(fake_install / "lib" / "libcupti.so"), str(want), str(secs), mode],
+                         stdout=subprocess.PIPE, text=True)
+    tid, threads = map(int, p.stdout.readline().split())
+    return p, tid, threads
+
+
+def test_running_process_gets_cupti_records_flow_and_it_is_left_as_it_was(
+        fakecuda, fake_install, tmp_path):
+    out = tmp_path / "live.ca"
+    target, tid, threads = _live_target(fakecuda, fake_install, 5, 8)
+    env = dict(os.environ, CLOCKALIGN_CUPTI=str(fake_install))
+    rec = subprocess.Popen(clockalign_cmd("record", "--pid", str(target.pid), "-o", str(out),
+                                          *BASE, "--gpu-activity", "--duration", "60"),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        lines = [target.stdout.readline().strip() for _ in range(5)]
+        assert lines == [f"run {i}" for i in range(1, 6)]       # only once attached
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=60)
+        assert rec.returncode == 0, err
+        assert "started in the running process through ptrace and dlopen" in err
+        assert "detached: activity and callbacks off, CUPTI unsubscribed, the library's " \
+               "thread gone" in err
+        # left as it was: unsubscribed, its own thread count, it runs on to its normal end
+        assert target.stdout.readline().split() == ["done", "5", "0", str(threads)]
+        assert target.wait(timeout=30) == 0
+    finally:
+        rec.kill()
+        target.kill()
+    r = RunReader(out)
+    assert r.clean, r.truncated
+    c = r.columns(Chunk.GPU_ACTIVITY)
+    k = c["kind"]
+    assert (k == GpuKind.KERNEL).sum() == 5 * 23 and (k == GpuKind.API).sum() == 5 * 25
+    assert (c["tid"][k == GpuKind.API] == tid).all()
+    assert set(c["pid"].tolist()) == {target.pid}
+    assert r.trailer["counts"]["gpu_kernel"] == 115
+    assert (k == GpuKind.MODE).sum() == 2          # on at the attach, off at the detach
+    assert c["value"][k == GpuKind.MODE][-1] == 0
+    names = {row["name"] for row in r.rows(Chunk.GPU_NAMES)}
+    assert {"k_fake0", "cuLaunchKernel"} <= names
+
+
+def test_a_subscriber_already_present_is_named_and_the_rest_recorded(
+        fakecuda, fake_install, tmp_path):
+    target, _, _ = _live_target(fakecuda, fake_install, 1, 20, "taken")
+    env = dict(os.environ, CLOCKALIGN_CUPTI=str(fake_install))
+    try:
+        p = run_clockalign("record", "--pid", str(target.pid), "-o", str(tmp_path / "s.ca"),
+                           *BASE, "--gpu-activity", "--duration", "1", env=env)
+        assert target.poll() is None
+    finally:
+        target.kill()
+    assert p.returncode == 0, p.stderr
+    assert f"process {target.pid} has a CUPTI subscriber already (a profiler" in p.stderr
+    assert RunReader(tmp_path / "s.ca").clean
+
+
+def test_pid_without_libcuda_is_said_and_the_rest_recorded(fake_install, tmp_path):
     sleeper = subprocess.Popen(["sleep", "20"])
+    env = dict(os.environ, CLOCKALIGN_CUPTI=str(fake_install))
     try:
         p = run_clockalign("record", "--pid", str(sleeper.pid), "-o", str(tmp_path / "p.ca"),
-                           *BASE, "--gpu-activity", "--duration", "1")
+                           *BASE, "--gpu-activity", "--duration", "1", env=env)
     finally:
         sleeper.kill()
     assert p.returncode == 0, p.stderr
-    assert "--gpu-activity needs spawn mode" in p.stderr
+    assert f"process {sleeper.pid} has not loaded libcuda" in p.stderr
     assert RunReader(tmp_path / "p.ca").clean
+
+
+# A container with its own root: a tmpfs holding /usr, /etc, /work, /dev, /proc and the
+# tests' directory bound in, and its own /tmp (writable or not), entered with chroot.
+CHROOT = r"""
+set -e
+R=$1; shift; T=$1; shift; WITH_TMP=$1; shift
+mount -t tmpfs none "$R"
+for d in usr etc work dev proc; do mkdir -p "$R/$d"; mount --rbind "/$d" "$R/$d"; done
+for l in bin lib lib64 sbin; do if [ -L "/$l" ]; then ln -s "$(readlink "/$l")" "$R/$l"; fi; done
+mkdir -p "$R$T"; mount --bind "$T" "$R$T"
+chmod 1777 "$R/tmp"
+if [ "$WITH_TMP" = no ]; then mount --rbind "$R/tmp" "$R/tmp"; mount -o remount,ro,bind "$R/tmp"; fi
+exec chroot "$R" "$@"
+"""
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="unshare (util-linux) not found")
+@pytest.mark.parametrize("with_tmp", ["yes", "no"])
+def test_container_with_its_own_root(fakecuda, fake_install, tmp_path, with_tmp):
+    """The library and the FIFO are put in the container's /tmp and the records flow; a
+    root with no writable /tmp is said in one sentence and the rest recorded."""
+    root = tmp_path / "root"
+    root.mkdir()
+    top = os.path.commonpath([str(fakecuda), str(fake_install), str(tmp_path)])
+    target = subprocess.Popen(
+        ["unshare", "--mount", "--fork", "--propagation", "private", "sh", "-c", CHROOT, "sh",
+         str(root), top, with_tmp, sys.executable, "-c", LIVE_TARGET,
+         str(fakecuda / "libcuda.so.1"), str(fake_install / "lib" / "libcupti.so"), "3", "10",
+         "free"], stdout=subprocess.PIPE, text=True)
+    out = tmp_path / "c.ca"
+    rec = None
+    try:
+        target.stdout.readline()
+        pid = int(open(f"/proc/{target.pid}/task/{target.pid}/children").read().split()[0])
+        assert os.readlink(f"/proc/{pid}/root") != "/"
+        env = dict(os.environ, CLOCKALIGN_CUPTI=str(fake_install))
+        rec = subprocess.Popen(clockalign_cmd("record", "--pid", str(pid), "-o", str(out),
+                                              *BASE, "--gpu-activity", "--duration", "60"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        lines = [target.stdout.readline().strip() for _ in range(3 if with_tmp == "yes" else 0)]
+        wait_for_file(out)
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=60)
+        assert rec.returncode == 0, err
+        assert lines == ["run 1", "run 2", "run 3"][:len(lines)], err
+        staged = f"/proc/{pid}/root/tmp/clockalign-cupti"
+        fifos_left = [f for f in os.listdir(staged) if f.endswith(".fifo")] \
+            if os.path.isdir(staged) else []
+    finally:
+        if rec is not None:
+            rec.kill()
+        target.kill()
+    r = RunReader(out)
+    assert r.clean
+    if with_tmp == "yes":
+        assert f"process {pid} has its own root: the CUPTI library, and the FIFO were copied " \
+               "to /tmp/clockalign-cupti in it" in err
+        k = r.columns(Chunk.GPU_ACTIVITY)["kind"]
+        assert (k == GpuKind.KERNEL).sum() == 3 * 23
+        assert fifos_left == []
+    else:
+        assert f"GPU activity of process {pid} is off: process {pid}'s root has no writable /tmp " \
+            "to put the CUPTI library in (Read-only file system)" in err

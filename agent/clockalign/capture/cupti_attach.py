@@ -29,8 +29,8 @@ import time
 
 from ..errors import ClockalignError
 from . import container
-from .inject_so import InjectError, Tracee, find_dlopen, host_path, mapped, ptrace_refusal
-from .inject_so import read_memory, symbol_address
+from .inject_so import (InjectError, Tracee, find_dlopen, host_path, in_target, mapped,
+                        ptrace_refusal, read_memory, symbol_address)
 
 LIVE = struct.Struct("<iiII240s")      # struct ca_live
 STATES = {0: "idle", 1: "starting", 2: "running", 3: "stopping", 4: "stopped", 5: "failed"}
@@ -73,21 +73,24 @@ class LiveCupti:
         """Put what the target needs where it can see it; returns the FIFO's path for the
         recorder (made here).  ``fifo_dir``: the recorder's own directory, used when the
         target shares our root."""
-        own = mapped(self.pid, lambda n: n.startswith("libcupti.so"))
+        own = [in_target(self.pid, p) for p in
+               mapped(self.pid, lambda n: n.startswith("libcupti.so"))]
         if container.own_mount_namespace(self.pid) and not _same_root(self.pid):
             tmp = host_path(self.pid, "/tmp")
-            if not os.path.isdir(tmp):
-                raise CuptiAttachError(f"process {self.pid}'s root has no /tmp to put the CUPTI "
-                                       "library in")
             # one fixed place: a later attach dlopens the same path, so gets the same copy
             self.staged = os.path.join(tmp, "clockalign-cupti")
-            os.makedirs(self.staged, mode=0o755, exist_ok=True)
             inside = "/tmp/clockalign-cupti"
-            for lib in [self.library] + ([] if own else [self.libcupti]):
-                dest = os.path.join(self.staged, os.path.basename(lib))
-                if not os.path.exists(dest) or os.path.getsize(dest) != os.path.getsize(lib):
-                    shutil.copy(lib, dest + ".part")
-                    os.replace(dest + ".part", dest)
+            try:
+                os.makedirs(self.staged, mode=0o755, exist_ok=True)
+                for lib in [self.library] + ([] if own else [self.libcupti]):
+                    dest = os.path.join(self.staged, os.path.basename(lib))
+                    if not os.path.exists(dest) or os.path.getsize(dest) != os.path.getsize(lib):
+                        shutil.copy(lib, dest + ".part")
+                        os.replace(dest + ".part", dest)
+            except OSError as e:
+                self.staged = None
+                raise CuptiAttachError(f"process {self.pid}'s root has no writable /tmp to put "
+                                       f"the CUPTI library in ({e.strerror})") from None
             self.lib_in_target = f"{inside}/{os.path.basename(self.library)}"
             if not own:
                 self.cupti_in_target = f"{inside}/{os.path.basename(self.libcupti)}"

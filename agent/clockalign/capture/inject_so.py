@@ -9,8 +9,8 @@ below it (what the calls wrote, 256 KiB at most) are put back exactly and the th
 detached; a system call it was interrupted in is restarted by the kernel as after any signal (orig_rax is saved; during our calls it is
 -1, so no restart is attempted in the middle).  The other threads keep running throughout.
 
-dlopen is found from the ELF file on disk (through /proc/PID/root, so a container's own
-libc) plus the base the target mapped it at, in libc (glibc >= 2.34, musl), libdl, or
+dlopen is found from the ELF file mapped (read through /proc/PID/map_files, so a
+container's own libc) plus the base the target mapped it at, in libc (glibc >= 2.34, musl), libdl, or
 glibc's private __libc_dlopen_mode.  x86-64 only.
 
     with Tracee(pid) as t:
@@ -73,7 +73,7 @@ def _ptrace(req, tid, addr=0, data=0):
 
 # -- what the target maps ----------------------------------------------------------------
 def maps(pid) -> list:
-    """(start, end, perms, offset, path) of each file-backed mapping of the target."""
+    """(start, end, perms, offset, path, inode) of each file-backed mapping of the target."""
     out = []
     with open(f"/proc/{pid}/maps") as f:
         for line in f:
@@ -81,7 +81,8 @@ def maps(pid) -> list:
             if len(parts) < 6 or not parts[5].startswith("/"):
                 continue
             lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            out.append((lo, hi, parts[1], int(parts[2], 16), parts[5].rstrip("\n")))
+            out.append((lo, hi, parts[1], int(parts[2], 16), parts[5].rstrip("\n"),
+                        int(parts[4])))
     return out
 
 
@@ -89,6 +90,18 @@ def mapped(pid, predicate) -> list:
     """Paths (as the target sees them) of mapped files whose base name passes predicate."""
     return list(dict.fromkeys(m[4] for m in maps(pid)
                               if predicate(os.path.basename(m[4])) and "(deleted)" not in m[4]))
+
+
+def in_target(pid, path) -> str:
+    """A path from the target's maps as the target itself names it: maps show paths from
+    the reader's root where it can reach them (a chroot's files under the chroot)."""
+    try:
+        root = os.readlink(f"/proc/{pid}/root")
+    except OSError:
+        return path
+    if root != "/" and path.startswith(root + "/"):
+        return path[len(root):]
+    return path
 
 
 def host_path(pid, path) -> str:
@@ -119,15 +132,24 @@ def _dynsyms(data: bytes) -> dict:
 
 
 def symbol_address(pid, path, names) -> tuple:
-    """(name, address in the target) of the first of ``names`` ``path`` defines, or None."""
-    with open(host_path(pid, path), "rb") as f:
+    """(name, address in the target) of the first of ``names`` that ``path`` (as the target
+    sees it) defines, or None.  The mapping is found by its path or, where the target's
+    maps show another one (a chroot), by the file's inode; the ELF is read through
+    /proc/PID/map_files, so exactly the file mapped."""
+    ms = [m for m in maps(pid) if m[4] == path]
+    if not ms:
+        ino = os.stat(host_path(pid, path)).st_ino
+        ms = [m for m in maps(pid) if m[5] == ino]
+    if not ms:
+        raise InjectError(f"{path} is not mapped in process {pid}")
+    first = min(ms)
+    with open(f"/proc/{pid}/map_files/{first[0]:x}-{first[1]:x}", "rb") as f:
         data = f.read()
     syms = _dynsyms(data)
     hit = next((n for n in names if n in syms), None)
     if hit is None:
         return None
-    ms = [m for m in maps(pid) if m[4] == path]
-    base = min(m[0] - m[3] for m in ms)
+    base = first[0] - first[3]
     etype, = struct.unpack_from("<H", data, 0x10)
     return hit, (base + syms[hit] if etype == 3 else syms[hit])
 
