@@ -143,8 +143,12 @@ def symbol_address(pid, path, names) -> tuple:
     if not ms:
         raise InjectError(f"{path} is not mapped in process {pid}")
     first = min(ms)
-    with open(f"/proc/{pid}/map_files/{first[0]:x}-{first[1]:x}", "rb") as f:
-        data = f.read()
+    try:
+        with open(f"/proc/{pid}/map_files/{first[0]:x}-{first[1]:x}", "rb") as f:
+            data = f.read()
+    except PermissionError:          # map_files wants CAP_SYS_ADMIN on older kernels
+        with open(host_path(pid, in_target(pid, first[4])), "rb") as f:
+            data = f.read()
     syms = _dynsyms(data)
     hit = next((n for n in names if n in syms), None)
     if hit is None:
