@@ -303,6 +303,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
             o.block = dims(k->blockX, k->blockY, k->blockZ);
             o.shmem = (uint32_t)(k->staticSharedMemory + k->dynamicSharedMemory);
             o.name = intern_locked(k->name);
+            o.value = k->graphNodeId;        /* 0 and 0: not launched from a graph */
+            o.aux = k->graphId;
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const ca_memcpy_t *m = (const ca_memcpy_t *)rec;
             o.kind = CA_GK_MEMCPY;

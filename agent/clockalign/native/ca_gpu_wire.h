@@ -28,7 +28,8 @@ struct ca_pkt {
 };
 
 /* ca_gpu_rec.kind */
-#define CA_GK_KERNEL 1    /* start,end: GPU time; grid,block packed; name: kernel name id */
+#define CA_GK_KERNEL 1    /* start,end: GPU time; grid,block packed; name: kernel name id;
+                             value: CUDA graph node id, aux: graph id (0: not from a graph) */
 #define CA_GK_MEMCPY 2    /* value: bytes; aux: copyKind | srcKind << 8 | dstKind << 16 */
 #define CA_GK_MEMSET 3    /* value: bytes; aux: the byte value set */
 #define CA_GK_API 4       /* a driver call that can start GPU work: start/end MONOTONIC at
