@@ -115,57 +115,42 @@ def _inject_and_check(d, pid):
     assert probe in maps                      # loaded, in the target's own address space
 
 
-def test_library_loaded_into_a_running_c_loop_which_counts_on_intact(built):
-    d, _ = built
-    n = 120
-    p, first = _start([str(d / "loop"), str(n)])
-    try:
-        _inject_and_check(d, p.pid)
-        rest = [line.strip() for line in p.stdout]
-        assert p.wait(timeout=60) == 7
-    finally:
-        p.kill()
-    assert first + rest == _expected(n)        # no count lost, repeated or corrupted
-
-
-def test_library_loaded_into_a_running_python_loop(built):
-    d, _ = built
-    n = 150
-    p, first = _start([sys.executable, "-c", PY_LOOP, str(n)])
-    try:
-        _inject_and_check(d, p.pid)
-        rest = [line.strip() for line in p.stdout]
-        assert p.wait(timeout=60) == 3
-    finally:
-        p.kill()
-    x, want = 0, []
+def _py_expected(n):
+    x, out = 0, []
     for i in range(n):
         x += sum(range(i * 1000))
-        want.append(f"{i} {x}")
-    assert first + rest == want
+        out.append(f"{i} {x}")
+    return out
 
 
-def test_dlopen_failure_comes_back_with_dlerrors_text(built):
+@pytest.mark.parametrize("lang", ["c", "python"])
+def test_library_loaded_into_a_running_loop_which_counts_on_intact(built, lang):
     d, _ = built
-    p, _ = _start([str(d / "loop"), "300"])
+    n, cmd, rc, expected = ((120, [str(d / "loop")], 7, _expected) if lang == "c" else
+                            (150, [sys.executable, "-c", PY_LOOP], 3, _py_expected))
+    p, first = _start(cmd + [str(n)])
     try:
-        with Tracee(p.pid) as t:
-            with pytest.raises(InjectError, match="cannot open shared object file"):
-                t.dlopen(str(d / "missing.so"))
-        assert p.poll() is None
+        _inject_and_check(d, p.pid)
+        rest = [line.strip() for line in p.stdout]
+        assert p.wait(timeout=60) == rc
     finally:
         p.kill()
+    assert first + rest == expected(n)        # no count lost, repeated or corrupted
 
 
-def test_static_binary_has_no_dlopen(built):
+@pytest.mark.parametrize("binary,library,why", [
+    ("loop", "missing.so", "cannot open shared object file"),      # dlerror's own text
+    ("loop_static", "probe.so", "statically linked"),
+])
+def test_a_failing_dlopen_is_one_sentence_and_the_process_runs_on(built, binary, library, why):
     d, static_ok = built
-    if not static_ok:
+    if binary == "loop_static" and not static_ok:
         pytest.skip("gcc -static failed here (no static libc installed)")
-    p, _ = _start([str(d / "loop_static"), "300"])
+    p, _ = _start([str(d / binary), "300"])
     try:
         with Tracee(p.pid) as t:
-            with pytest.raises(InjectError, match="statically linked"):
-                t.dlopen(str(d / "probe.so"))
+            with pytest.raises(InjectError, match=why):
+                t.dlopen(str(d / library))
         assert p.poll() is None
     finally:
         p.kill()

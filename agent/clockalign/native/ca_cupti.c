@@ -559,12 +559,18 @@ static void flush_loop(void)
     pthread_mutex_unlock(&flusher_mu);
 }
 
-static void *flusher(void *arg)
+/* The library's threads take no signal of the target's. */
+static void block_signals(void)
 {
     sigset_t all;
-    (void)arg;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
+}
+
+static void *flusher(void *arg)
+{
+    (void)arg;
+    block_signals();
     flush_loop();
     return NULL;
 }
@@ -760,10 +766,8 @@ static void teardown(void)
 
 static void *live_main(void *arg)
 {
-    sigset_t all;
     (void)arg;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    block_signals();
     ca_cupti_live.tid = (uint32_t)syscall(SYS_gettid);
     if (setup(conf.lib, conf.raw, conf.mode[0] ? conf.mode : NULL)) {
         if (cu.Unsubscribe && ca_cupti_live.failure == CA_FAIL_CUPTI)
