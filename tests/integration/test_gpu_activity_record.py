@@ -185,7 +185,7 @@ def test_container_with_its_own_root(fakecuda, fake_install, tmp_path, with_tmp)
          str(fakecuda / "libcuda.so.1"), str(fake_install / "lib" / "libcupti.so"), "3", "10",
          "free"], stdout=subprocess.PIPE, text=True)
     out = tmp_path / "c.ca"
-    rec = None
+    rec = pid = None
     try:
         target.stdout.readline()
         pid = int(open(f"/proc/{target.pid}/task/{target.pid}/children").read().split()[0])
@@ -206,6 +206,8 @@ def test_container_with_its_own_root(fakecuda, fake_install, tmp_path, with_tmp)
     finally:
         if rec is not None:
             rec.kill()
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)      # the process in the chroot, then unshare
         target.kill()
     r = RunReader(out)
     assert r.clean
