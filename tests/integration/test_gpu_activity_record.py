@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,78 @@ def test_container_with_its_own_root(fakecuda, fake_install, tmp_path, with_tmp)
     else:
         assert f"GPU activity of process {pid} is off: process {pid}'s root has no writable /tmp " \
             "to put the CUPTI library in (Read-only file system)" in err
+
+
+# A libcuda whose cuLaunchKernel is what CUPTI sees: the stand-in libcupti's fake_launch,
+# called from inside it (so the callbacks fall inside the BPF-probed call, as with the real one)
+LAUNCHING_LIBCUDA = r"""
+#include <stdint.h>
+int fake_launch(uint32_t corr);
+static uint32_t next_corr = 1000;
+int cuInit(unsigned flags) { (void)flags; return 0; }
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned shmem, void *stream, void **params, void **extra)
+{
+    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem;
+    (void)stream; (void)params; (void)extra;
+    return fake_launch(next_corr++) < 0 ? 0 : 0;
+}
+"""
+
+JOIN_TARGET = """
+import ctypes, sys, threading, time
+fake = ctypes.CDLL(sys.argv[2], ctypes.RTLD_GLOBAL)
+cuda = ctypes.CDLL(sys.argv[1])
+print(threading.get_native_id(), flush=True)
+n = 0
+end = time.monotonic() + 30
+while time.monotonic() < end and n < 23:
+    if fake.fake_subscribed():
+        cuda.cuLaunchKernel(*([None] + [1] * 7 + [None] * 3))
+        n += 1
+    time.sleep(0.02)
+print("launched", n, flush=True)
+time.sleep(30)
+"""
+
+
+def test_kernels_launched_after_the_attach_are_joined_to_their_bpf_launch(fake_install,
+                                                                          tmp_path):
+    d = tmp_path / "cuda"
+    d.mkdir()
+    (d / "libcuda.c").write_text(LAUNCHING_LIBCUDA)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(d / "libcuda.c"),
+                    "-o", str(d / "libcuda.so.1")], check=True)
+    target = subprocess.Popen([sys.executable, "-c", JOIN_TARGET, str(d / "libcuda.so.1"),
+                               str(fake_install / "lib" / "libcupti.so")],
+                              stdout=subprocess.PIPE, text=True)
+    out = tmp_path / "j.ca"
+    env = dict(os.environ, CLOCKALIGN_CUPTI=str(fake_install))
+    rec = None
+    try:
+        tid = int(target.stdout.readline())
+        rec = subprocess.Popen(clockalign_cmd(
+            "record", "--pid", str(target.pid), "-o", str(out), "--counters", "none",
+            "--no-gpu-clock", "--quiet", "--gpu-activity", "--gpu-activity-timestamps",
+            "converted", "--duration", "60"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env)
+        assert target.stdout.readline().split() == ["launched", "23"]
+        time.sleep(0.5)                 # the library's next flush
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=60)
+        assert rec.returncode == 0, err
+    finally:
+        if rec is not None:
+            rec.kill()
+        target.kill()
+    from clockalign.timeline import Timeline
+    from clockalign.timeline.gpu_activity import LAUNCH_BPF
+    acts = Timeline.open(out).gpu_activity()
+    k = acts.rows[acts.rows["kind"] == GpuKind.KERNEL]
+    assert len(k) == 23
+    assert (k["launch_src"] == LAUNCH_BPF).all() and (k["launch_tid"] == tid).all()
+    assert acts.stats["joined_bpf"] == 23
+    assert {acts.launch_function(x) for x in k} == {"cuLaunchKernel"}
+    # each kernel's launch is the BPF call that holds its CUPTI callback, before the kernel
+    assert (k["launch_t_ns"] < k["t_ns"]).all()
+    assert len(set(k["launch_t_ns"].tolist())) == 23

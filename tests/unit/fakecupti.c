@@ -223,6 +223,27 @@ int fake_run(int n)
     return enabled[CB_SYNC];
 }
 
+/* One launch as a libcuda's cuLaunchKernel would make it, from inside that call: the
+ * callbacks around it on this thread, and its kernel record stamped like cuptiGetTimestamp
+ * (converted time) a microsecond after it.  -1 while no one is subscribed. */
+int fake_launch(uint32_t corr)
+{
+    if (!cb)
+        return -1;
+    call(CB_LAUNCH, corr);
+    k_t k;
+    memset(&k, 0, sizeof(k));
+    k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+    k.start = now() + 5000000 + 1000;
+    k.end = k.start + 2000;
+    k.streamId = 7;
+    k.correlationId = corr;
+    k.gridX = k.gridY = k.gridZ = k.blockX = k.blockY = k.blockZ = 1;
+    k.name = names[0];
+    queue(&k, sizeof(k));
+    return 0;
+}
+
 int fake_raw(void) { return raw; }
 int fake_subscribed(void) { return cb != NULL; }
 void fake_take_subscription(void) { taken = 1; }
