@@ -109,6 +109,9 @@ def test_running_process_gets_cupti_records_flow_and_it_is_left_as_it_was(
         assert "started in the running process through ptrace and dlopen" in err
         assert "detached: activity and callbacks off, CUPTI unsubscribed, the library's " \
                "thread gone" in err
+        # dlopen, attach, detach: each call's return trap, seen by the BPF signal probe
+        assert "the 3 SIGSEGV signals of its main thread at the attach and the detach were " \
+               "clockalign's" in err
         # left as it was: unsubscribed, its own thread count, it runs on to its normal end
         assert target.stdout.readline().split() == ["done", "5", "0", str(threads)]
         assert target.wait(timeout=30) == 0
@@ -123,6 +126,7 @@ def test_running_process_gets_cupti_records_flow_and_it_is_left_as_it_was(
     assert (c["tid"][k == GpuKind.API] == tid).all()
     assert set(c["pid"].tolist()) == {target.pid}
     assert r.trailer["counts"]["gpu_kernel"] == 115
+    assert r.trailer["counts"]["signal"] == 3           # the three return traps, no more
     assert (k == GpuKind.MODE).sum() == 2          # on at the attach, off at the detach
     assert c["value"][k == GpuKind.MODE][-1] == 0
     names = {row["name"] for row in r.rows(Chunk.GPU_NAMES)}

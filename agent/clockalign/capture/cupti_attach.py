@@ -68,6 +68,7 @@ class LiveCupti:
         self.how = []                   # sentences for the recording's notices
         self.tid = None
         self.fifo = None
+        self.traps = 0            # our calls' return traps: SIGSEGVs the target never gets
 
     def stage(self, fifo_dir) -> str:
         """Put what the target needs where it can see it; returns the FIFO's path for the
@@ -128,8 +129,9 @@ class LiveCupti:
         why = refusal(self.pid)
         if why:
             raise CuptiAttachError(why)
+        t = Tracee(self.pid)
         try:
-            with Tracee(self.pid) as t:
+            with t:
                 try:
                     t.dlopen(self.lib_in_target)
                 except InjectError as e:
@@ -140,6 +142,8 @@ class LiveCupti:
                 rc = t.call(t.symbol(self.lib_in_target, "ca_cupti_attach"), self.settings())
         except InjectError as e:
             raise CuptiAttachError(str(e)) from None
+        finally:
+            self.traps += t.traps
         if rc & 0xFFFFFFFF:
             raise CuptiAttachError(self._failure(self._live()))
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -168,8 +172,12 @@ class LiveCupti:
             if not os.path.exists(f"/proc/{self.pid}"):
                 out["state"] = "exited"
                 return out
-            with Tracee(self.pid) as t:
-                t.call(t.symbol(self.lib_in_target, "ca_cupti_detach"))
+            t = Tracee(self.pid)
+            try:
+                with t:
+                    t.call(t.symbol(self.lib_in_target, "ca_cupti_detach"))
+            finally:
+                self.traps += t.traps
             deadline = time.monotonic() + STOP_TIMEOUT_S
             live = self._live()
             while live["state"] in ("starting", "running", "stopping") and \
@@ -180,6 +188,7 @@ class LiveCupti:
                     time.monotonic() < deadline:
                 time.sleep(0.005)
             out["state"] = live["state"]
+            out["traps"] = self.traps
             out["thread_left"] = bool(self.tid and os.path.exists(
                 f"/proc/{self.pid}/task/{self.tid}"))
         except (InjectError, OSError) as e:

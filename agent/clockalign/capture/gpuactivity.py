@@ -284,7 +284,10 @@ def _detach_note(pid, a) -> str:
         return f"GPU activity of process {pid}: the process exited while attached"
     if a["state"] == "stopped" and not a.get("thread_left"):
         return (f"GPU activity of process {pid} detached: activity and callbacks off, CUPTI "
-                "unsubscribed, the library's thread gone (the library stays loaded, inert)")
+                "unsubscribed, the library's thread gone (the library stays loaded, inert); "
+                f"the {a.get('traps', 0)} SIGSEGV signals of its main thread at the attach and "
+                "the detach were clockalign's (the return of each call made through ptrace), "
+                "never delivered")
     return (f"GPU activity of process {pid}: the detach did not complete (state "
             f"{a['state']}{', its thread still runs' if a.get('thread_left') else ''}"
             f"{': ' + a['error'] if a.get('error') else ''})")

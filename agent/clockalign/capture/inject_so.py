@@ -261,6 +261,7 @@ class Tracee:
         self._seized = False
         self._pending_sig = 0
         self._stack = None
+        self.traps = 0            # SIGSEGVs at address 0 taken (a BPF signal probe sees each)
 
     def __enter__(self):
         why = ptrace_refusal(self.pid)
@@ -427,6 +428,7 @@ class Tracee:
             if sig == signal.SIGSEGV:
                 r = self._getregs()
                 if r.rip == 0:
+                    self.traps += 1
                     return r.rax
                 raise InjectError(f"the call crashed in process {self.pid} (SIGSEGV at "
                                   f"{r.rip:#x}); its thread was put back as it was")
