@@ -241,3 +241,44 @@ def test_target_signal_during_the_call_is_delivered_not_lost(built):
         assert p.wait(timeout=10) == 0
     finally:
         p.kill()
+
+
+def test_calls_into_a_thread_busy_in_malloc_do_not_deadlock(built):
+    """The thread is stopped outside libc's code (or waiting in a call that holds no lock of
+    its), so our dlopen's own mallocs never wait on an arena lock the thread holds."""
+    d, _ = built
+    src = d / "mallocs.c"
+    src.write_text(textwrap.dedent(r"""
+        #include <stdio.h>
+        #include <stdlib.h>
+        #include <string.h>
+        int main(void) {
+            unsigned long long n = 0;
+            printf("ready\n"); fflush(stdout);
+            for (int r = 0; r < 1000; r++) {
+                for (int i = 0; i < 20000; i++) {
+                    char *volatile p = malloc(16 + (i % 4000));   /* not elided */
+                    memset(p, i, 16);
+                    n += (unsigned char)p[3];
+                    free(p);
+                }
+            }
+            printf("sum %llu\n", n); fflush(stdout);
+            return 0;
+        }
+    """))
+    subprocess.run(["gcc", "-O0", str(src), "-o", str(d / "mallocs")], check=True)
+    p, _ = _start([str(d / "mallocs")], lines=1)
+    probe = str(d / "probe.so")
+    try:
+        for i in range(25):
+            with Tracee(p.pid, timeout_s=15) as t:
+                if i == 0:
+                    t.dlopen(probe)
+                assert t.call(t.symbol(probe, "probe_start"), b"x" * (i + 1) + b"\0") == 42
+        assert (d / f"started.{p.pid}").read_text() == "x" * 25
+        want = sum((i & 0xFF) for i in range(20000)) * 1000
+        assert p.stdout.readline().strip() == f"sum {want}"
+        assert p.wait(timeout=120) == 0
+    finally:
+        p.kill()

@@ -37,6 +37,7 @@ RED_ZONE = 128
 SCRATCH_GAP = 512            # below the red zone, what our call's arguments start under
 CALL_TIMEOUT_S = 60.0
 SETTLE_TRIES = 50            # interrupts until the thread stops outside the loader / libc
+LOCKED_SYSCALLS = {9, 10, 11, 12, 25, 28}   # mmap mprotect munmap brk mremap madvise
 STACK_KEPT = 256 << 10       # bytes below the stack pointer saved, and put back at detach
 
 
@@ -294,17 +295,20 @@ class Tracee:
             _ptrace(PTRACE_CONT, self.tid, 0, sig)     # a signal of its own: delivered
 
     def _stop_settled(self):
-        """Stop the thread where a call is safe: not inside the dynamic loader, and not in
-        libc's user code (where it may hold malloc's or stdio's lock); blocked in a system
-        call is fine.  A heuristic: a few interrupt-and-resume rounds until it holds."""
+        """Stop the thread where a call is safe: outside the dynamic loader and libc, or
+        blocked in one of their system calls that does not hold a lock of theirs (malloc
+        maps and unmaps memory with its arena locked).  A heuristic: a few
+        interrupt-and-resume rounds until it holds."""
         unsafe = [(m[0], m[1]) for m in maps(self.pid) if "x" in m[2] and
-                  os.path.basename(m[4]).startswith(("ld-", "libc.so", "libc.musl"))]
+                  os.path.basename(m[4]).startswith(("ld-", "libc.so", "libc.musl",
+                                                     "libpthread.so"))]
         for i in range(SETTLE_TRIES):
             self._interrupt()
             self.saved = self._getregs()
-            in_syscall = self.saved.orig_rax != 2 ** 64 - 1
+            nr = self.saved.orig_rax
             inside = any(lo <= self.saved.rip < hi for lo, hi in unsafe)
-            if in_syscall or not inside or i == SETTLE_TRIES - 1:
+            waiting = nr != 2 ** 64 - 1 and nr not in LOCKED_SYSCALLS
+            if not inside or waiting or i == SETTLE_TRIES - 1:
                 return
             _ptrace(PTRACE_CONT, self.tid, 0, 0)
             time.sleep(0.001)
