@@ -134,6 +134,17 @@ def test_perfetto_has_stream_tracks_and_flows_from_launches(run, tmp_path):
     starts = {f for p in t.packet if p.HasField("track_event") for f in p.track_event.flow_ids}
     ends = {f for p in begins for f in p.track_event.terminating_flow_ids}
     assert len(ends) == 200 and ends <= starts
+    # the kernels of a CUDA graph carry one annotation more: "graph ID node ID" (interned)
+    strings = {}
+    for p in t.packet:
+        if p.HasField("interned_data"):
+            for d in p.interned_data.debug_annotation_string_values:
+                strings[(p.trusted_packet_sequence_id, d.iid)] = d.str.decode()
+    graph = [strings.get((p.trusted_packet_sequence_id, a.string_value_iid)) for p in begins
+             for a in p.track_event.debug_annotations if a.HasField("string_value_iid")]
+    graph = [x for x in graph if x and x.startswith("graph ")]
+    assert len(graph) == 4 * len(range(0, 40, g.GRAPH_EVERY))
+    assert set(graph) == {f"graph {g.GRAPH_ID} node {(1 << 32) + j}" for j in range(4)}
     by_seq = {}
     for p in t.packet:
         if p.HasField("track_event") and p.track_event.track_uuid in gpu_tracks:
