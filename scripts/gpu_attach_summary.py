@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 
+from clockalign.report.gpu_activity import graph_table
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import Chunk, GpuKind
 from clockalign.timeline import Timeline
@@ -44,6 +45,8 @@ def run_stats(path):
            "kernels_bounded": int(len(bounded)), "stats": {x: y for x, y in acts.stats.items()
                                                             if isinstance(y, (int, float))},
            "notes": acts.notes}
+    out["graph_kernels"] = int((k["aux"] != 0).sum())
+    out["graphs"] = graph_table(r, k=5)
     if len(bounded):
         u = bounded["unc_ns"]
         out["bound_ns"] = {"median": int(np.median(u)), "p99": int(np.percentile(u, 99)),
@@ -101,6 +104,9 @@ def main(argv=None):
               f"launch call, {st['kernels_bounded']} mapped with a bound (median "
               f"{b.get('median')} ns, p99 {b.get('p99')} ns, max {b.get('max')} ns); attached "
               f"{(st['detached_ns'] - st['attached_ns']) / 1e9 if st['detached_ns'] and st['attached_ns'] else '?'} s")
+        for gr in st["graphs"]:
+            print(f"- graph {gr['graph']}: {gr['replays']} replays of {gr['nodes']} nodes, "
+                  f"{gr['kernels']} kernels, replay span p50 {gr['span_p50_ns']} ns")
         for n in st["notices"]:
             print(f"- {n}")
     return 0
