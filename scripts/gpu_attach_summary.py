@@ -100,10 +100,12 @@ def main(argv=None):
               f"| {w['name']} | - | - |")
     for st in res["runs"]:
         b = st.get("bound_ns", {})
+        secs = (st["detached_ns"] - st["attached_ns"]) / 1e9 \
+            if st["detached_ns"] and st["attached_ns"] else None
         print(f"\n{st['path']}: {st['kernels']} kernels, {st['joined_bpf']} joined to their BPF "
               f"launch call, {st['kernels_bounded']} mapped with a bound (median "
               f"{b.get('median')} ns, p99 {b.get('p99')} ns, max {b.get('max')} ns); attached "
-              f"{(st['detached_ns'] - st['attached_ns']) / 1e9 if st['detached_ns'] and st['attached_ns'] else '?'} s")
+              f"{secs if secs is not None else '?'} s")
         for gr in st["graphs"]:
             print(f"- graph {gr['graph']}: {gr['replays']} replays of {gr['nodes']} nodes, "
                   f"{gr['kernels']} kernels, replay span p50 {gr['span_p50_ns']} ns")

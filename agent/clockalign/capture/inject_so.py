@@ -6,12 +6,14 @@ call is set up on its stack, below the red zone, with 0 as the return address: w
 called function returns, the thread faults at address 0 and the tracer, seeing SIGSEGV with
 rip == 0, takes rax and suppresses the signal.  Afterwards the registers and the stack bytes
 below it (what the calls wrote, 256 KiB at most) are put back exactly and the thread is
-detached; a system call it was interrupted in is restarted by the kernel as after any signal (orig_rax is saved; during our calls it is
--1, so no restart is attempted in the middle).  The other threads keep running throughout.
+detached; a system call it was interrupted in is restarted by the kernel as after any
+signal (orig_rax is saved; during our calls it is -1, so no restart is attempted in the
+middle).  The other threads keep running throughout.  ptrace requests come from the thread
+that seized: use a Tracee from one thread.
 
 dlopen is found from the ELF file mapped (read through /proc/PID/map_files, so a
-container's own libc) plus the base the target mapped it at, in libc (glibc >= 2.34, musl), libdl, or
-glibc's private __libc_dlopen_mode.  x86-64 only.
+container's own libc) plus the base the target mapped it at, in libc (glibc >= 2.34, musl),
+libdl, or glibc's private __libc_dlopen_mode.  x86-64 only.
 
     with Tracee(pid) as t:
         h = t.dlopen("/tmp/x.so")                 # InjectError with dlerror()'s text
@@ -216,7 +218,8 @@ def status_fields(pid) -> dict:
 def ptrace_refusal(pid):
     """The sentence saying why ptrace of ``pid`` will fail, known before trying, or None."""
     if platform.machine() != "x86_64":
-        return f"attaching to a running process is implemented for x86-64 only, not {platform.machine()}"
+        return ("attaching to a running process is implemented for x86-64 only, not "
+                f"{platform.machine()}")
     try:
         st = status_fields(pid)
     except OSError:

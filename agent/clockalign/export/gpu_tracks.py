@@ -2,10 +2,10 @@
 
 One track per (GPU, process, CUDA stream), a child of the GPU's track, with each kernel,
 copy and memset as a slice on MONOTONIC (clockalign's mapping of the GPU's own clock; the
-uncertainty, and a CUDA graph's kernels "graph ID node ID", as annotations); a flow from the launching driver call's slice on its thread
-track to the execution.  The flows' starts are put on the launch slices while the bulk
-events stream (TraceModel.gpu_flows = LaunchFlows(acts)), their ends on the GPU slices
-here, after.
+uncertainty, and a CUDA graph's kernels "graph ID node ID", as annotations); a flow from
+the launching driver call's slice on its thread track to the execution.  The flows'
+starts are put on the launch slices while the bulk events stream (TraceModel.gpu_flows =
+LaunchFlows(acts)), their ends on the GPU slices here, after.
 
     model.gpu_flows = LaunchFlows(acts)
     ... stream(model, writer) ...

@@ -728,7 +728,8 @@ static void conf_value(const char *text, const char *key, char *out, size_t cap)
 {
     size_t k = strlen(key);
     out[0] = 0;
-    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    const char *nl;
+    for (const char *line = text; line && *line; line = (nl = strchr(line, '\n')) ? nl + 1 : NULL) {
         if (strncmp(line, key, k) || line[k] != '=')
             continue;
         const char *v = line + k + 1, *end = strchr(v, '\n');
