@@ -282,3 +282,43 @@ def test_calls_into_a_thread_busy_in_malloc_do_not_deadlock(built):
         assert p.wait(timeout=120) == 0
     finally:
         p.kill()
+
+
+def test_dlopen_refused_by_a_seccomp_filter_names_it(built):
+    """A process whose seccomp filter makes openat fail: dlopen's error and the filter said."""
+    d, _ = built
+    src = d / "filtered.c"
+    src.write_text(textwrap.dedent(r"""
+        #include <errno.h>
+        #include <stddef.h>
+        #include <stdio.h>
+        #include <unistd.h>
+        #include <linux/filter.h>
+        #include <linux/seccomp.h>
+        #include <sys/prctl.h>
+        #include <sys/syscall.h>
+        int main(void) {
+            struct sock_filter f[] = {
+                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_openat, 0, 1),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+            };
+            struct sock_fprog prog = {sizeof(f) / sizeof(*f), f};
+            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) return 2;
+            printf("ready\n"); fflush(stdout);
+            for (int i = 0; i < 3000; i++) usleep(10000);
+            return 0;
+        }
+    """))
+    subprocess.run(["gcc", str(src), "-o", str(d / "filtered")], check=True)
+    p, first = _start([str(d / "filtered")], lines=1)
+    try:
+        assert first == ["ready"]
+        with Tracee(p.pid) as t:
+            with pytest.raises(InjectError, match="Operation not permitted.*seccomp filter"):
+                t.dlopen(str(d / "probe.so"))
+        assert p.poll() is None
+    finally:
+        p.kill()

@@ -448,8 +448,14 @@ class Tracee:
         h = self.call(d["dlopen"], path.encode() + b"\0", RTLD_NOW | d["flag"])
         if not h:
             why = self.read_str(self.call(d["dlerror"])) if d["dlerror"] else ""
+            try:
+                filtered = status_fields(self.pid).get("Seccomp", "0") != "0"
+            except OSError:
+                filtered = False
             raise InjectError(f"dlopen of {path} in process {self.pid} failed"
-                              + (f": {why}" if why else ""))
+                              + (f": {why}" if why else "")
+                              + (" (the process runs under a seccomp filter, which may forbid "
+                                 "what dlopen does)" if filtered else ""))
         return h
 
     def symbol(self, path: str, name: str) -> int:
