@@ -93,11 +93,21 @@ CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext c, uint32_t s, size_t *d
 #ifndef NO_RAW
 CUptiResult cuptiActivityEnableRawTimestamps(uint8_t on) { raw = on; return CUPTI_SUCCESS; }
 #endif
+static int taken;          /* fake_take_subscription(): as when a profiler holds it */
 CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *h, CUpti_CallbackFunc f, void *u)
 {
     (void)u;
+    if (taken || cb)
+        return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
     *h = (CUpti_SubscriberHandle)1;
     cb = f;
+    return CUPTI_SUCCESS;
+}
+CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle h)
+{
+    (void)h;
+    cb = NULL;
+    memset(enabled, 0, sizeof(enabled));
     return CUPTI_SUCCESS;
 }
 CUptiResult cuptiEnableCallback(uint32_t on, CUpti_SubscriberHandle h, CUpti_CallbackDomain d,
@@ -149,12 +159,13 @@ static void call(uint32_t cbid, uint32_t corr)
     d.functionName = cbid == CB_LAUNCH ? "cuLaunchKernel" : cbid == CB_COPY ? "cuMemcpyHtoD_v2"
                    : "cuMemsetD8Async";
     d.functionReturnValue = &ret;
-    if (!enabled[cbid])
+    CUpti_CallbackFunc f = cb;     /* a live detach may unsubscribe meanwhile */
+    if (!enabled[cbid] || !f)
         return;
     d.callbackSite = CUPTI_API_ENTER;
-    cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &d);
+    f(NULL, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &d);
     d.callbackSite = CUPTI_API_EXIT;
-    cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &d);
+    f(NULL, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &d);
 }
 
 #define FAKE_TIMES(r, k, t0, t1, corr) do { \
@@ -162,13 +173,17 @@ static void call(uint32_t cbid, uint32_t corr)
         (r).correlationId = (uint32_t)(corr); \
     } while (0)
 
-/* n launches, one copy, one memset; returns 1 if the sync callback was (wrongly) enabled */
+/* n launches, one copy, one memset; returns 1 if the sync callback was (wrongly) enabled,
+ * -1 (and does nothing) while no one is subscribed (before a live attach, after its end) */
 int fake_run(int n)
 {
+    CUpti_CallbackFunc f = cb;
+    if (!f)
+        return -1;
     CUpti_ResourceData rd;
     memset(&rd, 0, sizeof(rd));
     rd.context = (CUcontext)1;
-    cb(NULL, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED, &rd);
+    f(NULL, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED, &rd);
     uint64_t t = 1000000;
     for (int i = 0; i < n; i++) {
         call(CB_LAUNCH, (uint32_t)i + 1);
@@ -184,6 +199,10 @@ int fake_run(int n)
         k.blockX = 128; k.blockY = 1; k.blockZ = 1;
         k.staticSharedMemory = 16; k.dynamicSharedMemory = 32;
         k.name = names[i % 3];
+        if (i >= n - 4) {           /* the last four: one graph of two nodes, replayed twice */
+            k.graphId = 77;
+            k.graphNodeId = 0x100000000ull + (uint64_t)(i % 2);
+        }
         queue(&k, sizeof(k));
         t += 2000;
     }
@@ -204,5 +223,28 @@ int fake_run(int n)
     return enabled[CB_SYNC];
 }
 
+/* One launch as a libcuda's cuLaunchKernel would make it, from inside that call: the
+ * callbacks around it on this thread, and its kernel record stamped like cuptiGetTimestamp
+ * (converted time) a microsecond after it.  -1 while no one is subscribed. */
+int fake_launch(uint32_t corr)
+{
+    if (!cb)
+        return -1;
+    call(CB_LAUNCH, corr);
+    k_t k;
+    memset(&k, 0, sizeof(k));
+    k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+    k.start = now() + 5000000 + 1000;
+    k.end = k.start + 2000;
+    k.streamId = 7;
+    k.correlationId = corr;
+    k.gridX = k.gridY = k.gridZ = k.blockX = k.blockY = k.blockZ = 1;
+    k.name = names[0];
+    queue(&k, sizeof(k));
+    return 0;
+}
+
 int fake_raw(void) { return raw; }
+int fake_subscribed(void) { return cb != NULL; }
+void fake_take_subscription(void) { taken = 1; }
 int fake_kind_on(int k) { return kind_on[k & 63]; }

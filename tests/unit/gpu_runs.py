@@ -20,6 +20,7 @@ MONO0 = 1_000_000_000_000
 GPU_OFF = 123_456_789_000
 SKEW_PPM = 5
 PID, TID, PID2, TID2 = 4242, 4243, 5151, 5152
+GRAPH_ID, GRAPH_EVERY = 3, 4      # the kernels of every 4th round: nodes of CUDA graph 3
 UUID = bytes(range(16))
 UUID_TEXT = "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
 CUPTI_OFF = 7_000_000          # CUPTI's CPU clock of PID2, ahead of MONOTONIC
@@ -111,7 +112,9 @@ def make_gpu_run(path, rounds=40, per_round=4, through_wire=True):
             else:
                 recs.append(_rec(GpuKind.KERNEL, pid=PID, corr=corr, start=gs, end=ge,
                                  stream=13, flags=1, name=1 + (j % 2),
-                                 grid=2 | 1 << 32 | 1 << 48, block=128 | 1 << 32 | 1 << 48))
+                                 grid=2 | 1 << 32 | 1 << 48, block=128 | 1 << 32 | 1 << 48,
+                                 **({"aux": GRAPH_ID, "value": (1 << 32) + j}
+                                    if rnd % GRAPH_EVERY == 0 else {})))
                 truth_k.append((start, start + dur, corr))
             gpu_free = start + dur
             ends.append(start + dur)

@@ -134,6 +134,17 @@ def test_perfetto_has_stream_tracks_and_flows_from_launches(run, tmp_path):
     starts = {f for p in t.packet if p.HasField("track_event") for f in p.track_event.flow_ids}
     ends = {f for p in begins for f in p.track_event.terminating_flow_ids}
     assert len(ends) == 200 and ends <= starts
+    # the kernels of a CUDA graph carry one annotation more: "graph ID node ID" (interned)
+    strings = {}
+    for p in t.packet:
+        if p.HasField("interned_data"):
+            for d in p.interned_data.debug_annotation_string_values:
+                strings[(p.trusted_packet_sequence_id, d.iid)] = d.str.decode()
+    graph = [strings.get((p.trusted_packet_sequence_id, a.string_value_iid)) for p in begins
+             for a in p.track_event.debug_annotations if a.HasField("string_value_iid")]
+    graph = [x for x in graph if x and x.startswith("graph ")]
+    assert len(graph) == 4 * len(range(0, 40, g.GRAPH_EVERY))
+    assert set(graph) == {f"graph {g.GRAPH_ID} node {(1 << 32) + j}" for j in range(4)}
     by_seq = {}
     for p in t.packet:
         if p.HasField("track_event") and p.track_event.track_uuid in gpu_tracks:
@@ -258,3 +269,26 @@ def test_launch_flows_match_every_execution_of_a_launch_by_time_and_thread():
     got = {k: sorted(f - FLOW_BASE - 1 for f in v[0]) for k, v in flows.items()}
     assert got == {1: [0], 2: [2], 3: [1, 3]}
     assert lf.matched.tolist() == [True, True, True, True, False]
+
+
+def test_graph_kernels_are_grouped_into_their_replays():
+    from clockalign.report.gpu_activity import graph_table
+    from clockalign.timeline.gpu_activity import ACTIVITY_DTYPE
+    # graph 5: 3 replays (correlations 10, 11, 12) of 2 nodes; graph 9: 1 replay of 3 nodes;
+    # 4 kernels launched one by one (graph id 0)
+    spec = [(5, 10, n, 100 * r) for r in range(3) for n in (1, 2)] + \
+           [(9, 20, n, 1000) for n in (1, 2, 3)] + [(0, 30 + i, 0, 2000) for i in range(4)]
+    rows = np.zeros(len(spec), dtype=ACTIVITY_DTYPE)
+    rows["kind"] = GpuKind.KERNEL
+    rows["pid"] = 7
+    for i, (graph, corr, node, t) in enumerate(spec):
+        rows[i]["aux"], rows[i]["graph_node"] = graph, node
+        rows[i]["corr"] = corr + (t // 100 if graph == 5 else 0)
+        rows[i]["t_ns"] = t + 10 * node
+        rows[i]["end_ns"] = t + 10 * node + 5
+    got = {g["graph"]: g for g in graph_table(rows)}
+    assert set(got) == {5, 9}
+    assert (got[5]["replays"], got[5]["nodes"], got[5]["kernels"]) == (3, 2, 6)
+    assert (got[9]["replays"], got[9]["nodes"], got[9]["kernels"]) == (1, 3, 3)
+    assert got[5]["total_ns"] == 30 and got[9]["total_ns"] == 15
+    assert got[5]["span_max_ns"] == 15 and got[9]["span_max_ns"] == 25   # first start..last end

@@ -172,6 +172,9 @@ def test_injection_streams_activity_launch_callbacks_and_names():
     assert (k["flags"] == 1).all()                       # raw timestamps asked and got
     assert (k["grid"] & 0xFFFFFFFF).tolist() == [2 + i for i in range(23)]
     assert (k["shmem"] == 48).all() and (k["stream"] == 7).all()
+    order = np.argsort(k["corr"])          # the last four launches came from one graph
+    assert k["aux"][order].tolist() == [0] * 19 + [77] * 4
+    assert k["value"][order].tolist() == [0] * 19 + [(1 << 32) + i % 2 for i in range(19, 23)]
     assert ((k["end"] - k["start"]) == 1000 + np.arange(23)).all()
     api = recs[recs["kind"] == GpuKind.API]
     assert len(api) == 25 and (api["tid"] == tid).all()

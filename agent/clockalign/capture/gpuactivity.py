@@ -11,6 +11,10 @@ names it completed into GPU_NAMES rows.
 The recorder holds a write end of the FIFO itself, so a read never sees end-of-file while
 targets come and go, and a target's write never fails while the recorder lives.
 
+With --pid (``prepare_live``), the library is loaded into each running target through
+ptrace once the reader runs (``attach_live``, capture/cupti_attach.py), one FIFO per target
+(a container's is in its own root), and detached first thing at ``stop``.
+
     act = GpuActivity(raw=True); act.prepare(env)   # CuptiMissing / NativeBuildError
     act.start(writer) ... act.stop(); act.stats()
 """
@@ -51,12 +55,6 @@ def cannot_record(env: dict, driver) -> str:
     return None
 
 
-def spawn_only_notice() -> str:
-    return ("--gpu-activity needs spawn mode (-- COMMAND): CUPTI can only be injected when a "
-            "process initialises CUDA, so a running --pid target gets no GPU activity; "
-            "recording the rest")
-
-
 class GpuActivity(threading.Thread):
     def __init__(self, raw: bool = True):
         super().__init__(name="clockalign-gpuactivity", daemon=True)
@@ -65,13 +63,16 @@ class GpuActivity(threading.Thread):
         self.cupti = None
         self.library = None
         self._dir = None
-        self._rfd = self._wfd = None
+        self._fifos = []              # [read fd, write fd, WireParser] per FIFO
+        self._live = []               # LiveCupti per attached --pid target
+        self._parsers = []            # kept after close, for stats
+        self.live_mode = False
         self._stop_ev = threading.Event()
-        self._parser = WireParser()
         self._lock = threading.Lock()
         self._error = None
         self._stats = {"records": 0, "packets": 0, "chunks": 0, "names": 0,
                        "cupti_dropped": 0, "processes": set(), "raw": {}, "cupti_version": {},
+                       "attached": {},
                        **{v: 0 for v in COUNT_KEYS.values()}}
 
     # -- before the fork -------------------------------------------------------------
@@ -82,21 +83,87 @@ class GpuActivity(threading.Thread):
             raise CuptiMissing("the command's environment already sets CUDA_INJECTION64_PATH "
                                f"({env['CUDA_INJECTION64_PATH']}): another tool injects into "
                                "CUDA, and only one can")
-        self.cupti = find_cupti(env)
-        self.library = build_injection(self.cupti)
-        self._dir = tempfile.mkdtemp(prefix="clockalign-cupti-")
+        self._build(env)
         path = os.path.join(self._dir, "activity.fifo")
         os.mkfifo(path, 0o600)
-        self._rfd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        self._wfd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-        try:
-            fcntl.fcntl(self._rfd, F_SETPIPE_SZ, PIPE_BYTES)
-        except OSError:
-            pass        # the default 64 KiB pipe: the reader thread only has to keep up
+        self._open_fifo(path)
         env.update({"CUDA_INJECTION64_PATH": self.library, "CLOCKALIGN_CUPTI_FIFO": path,
                     "CLOCKALIGN_CUPTI_LIB": self.cupti.lib,
                     "CLOCKALIGN_CUPTI_RAW": "1" if self.raw else "0"})
         return env
+
+    def _build(self, env):
+        self.cupti = find_cupti(env)
+        self.library = build_injection(self.cupti)
+        self._dir = tempfile.mkdtemp(prefix="clockalign-cupti-")
+
+    def _open_fifo(self, path):
+        rfd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        wfd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            fcntl.fcntl(rfd, F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass        # the default 64 KiB pipe: the reader thread only has to keep up
+        self._fifos.append([rfd, wfd, WireParser()])
+        self._parsers.append(self._fifos[-1][2])
+
+    def prepare_live(self, pids, env) -> list:
+        """--pid: find CUPTI, build the library and make each target's FIFO; returns one
+        sentence per target that gets no GPU activity (the others are attached by
+        ``attach_live``, once the reader runs).  CuptiMissing when none can be had."""
+        from .cupti_attach import CuptiAttachError, LiveCupti, refusal
+        notes = []
+        self.live_mode = True
+        self._build(env)
+        for pid in pids:
+            why = refusal(pid)
+            if why:
+                notes.append(f"GPU activity of process {pid} is off: {why}")
+                continue
+            live = LiveCupti(pid, self.library, self.cupti.lib, raw=self.raw)
+            try:
+                self._open_fifo(live.stage(self._dir))
+            except (CuptiAttachError, OSError) as e:
+                live.cleanup()
+                notes.append(f"GPU activity of process {pid} is off: {e}")
+                continue
+            self._live.append(live)
+        return notes
+
+    @property
+    def attaching(self) -> bool:
+        return bool(self._live)
+
+    def attach_live(self) -> list:
+        """Load and start the library in each --pid target: (level, sentence) per target."""
+        from .cupti_attach import CuptiAttachError
+        out = []
+        for live in list(self._live):
+            t0 = time.monotonic()
+            try:
+                got = live.attach()
+            except CuptiAttachError as e:
+                self._live.remove(live)
+                live.cleanup()
+                out.append(("warning", f"GPU activity of process {live.pid} is off: {e}"))
+                continue
+            ms = (time.monotonic() - t0) * 1e3
+            with self._lock:
+                self._stats["attached"][str(live.pid)] = {"attach_ms": round(ms, 1)}
+            out += [("info", h) for h in live.how]
+            out.append(("info", f"GPU activity of process {live.pid}: CUPTI "
+                        f"{got['cupti_version']} ({live.cupti_in_target}) started in the "
+                        f"running process through ptrace and dlopen of {live.lib_in_target} "
+                        f"in {ms:.0f} ms; {self.meta()['timestamps']} timestamps"))
+        return out
+
+    def detach_live(self):
+        for live in self._live:
+            got = live.detach()
+            live.cleanup()
+            with self._lock:
+                self._stats["attached"].setdefault(str(live.pid), {}).update(got)
+        self._live = []
 
     def meta(self) -> dict:
         return {"library": self.library, "libcupti": self.cupti.lib if self.cupti else None,
@@ -113,8 +180,9 @@ class GpuActivity(threading.Thread):
         try:
             while True:
                 stopping = self._stop_ev.is_set()
-                r, _, _ = select.select([self._rfd], [], [], 0 if stopping else CHUNK_S)
-                got = self._read() if r else None
+                r, _, _ = select.select([f[0] for f in self._fifos], [], [],
+                                        0 if stopping else CHUNK_S)
+                got = self._read_ready(r)
                 if got is not None and len(got):
                     pend.append(got)
                     rows += len(got)
@@ -129,21 +197,26 @@ class GpuActivity(threading.Thread):
             self._error = e
             self.close()    # the targets' next write fails (EPIPE) instead of blocking
 
-    def _read(self):
+    def _read_ready(self, ready):
+        """Records of one read of each ready FIFO (None when all were empty)."""
+        got = [r for r in (self._read(f) for f in self._fifos if f[0] in ready) if r is not None]
+        return np.concatenate(got) if got else None
+
+    def _read(self, fifo):
         """Records of one read (None when the FIFO is empty); names written as they complete."""
         try:
-            data = os.read(self._rfd, READ_BYTES)
+            data = os.read(fifo[0], READ_BYTES)
         except BlockingIOError:
             return None
         if not data:
             return None
-        recs, names = self._parser.feed(data)
+        recs, names = fifo[2].feed(data)
         if names:
             self.writer.write_rows(Chunk.GPU_NAMES, [
                 {"pid": p, "space": s, "id": i, "name": n} for p, s, i, n in names])
         with self._lock:
             st = self._stats
-            st["packets"] = self._parser.packets
+            st["packets"] = sum(p.packets for p in self._parsers)
             st["names"] += len(names)
             st["records"] += len(recs)
             if len(recs):
@@ -164,7 +237,9 @@ class GpuActivity(threading.Thread):
             self._stats["chunks"] += 1
 
     def stop(self, timeout: float = 10.0):
-        """Drain what the targets wrote, close and remove the FIFO."""
+        """Detach from --pid targets, drain what the targets wrote, close and remove the
+        FIFOs."""
+        self.detach_live()
         self._stop_ev.set()
         if self.is_alive():
             self.join(timeout)
@@ -174,13 +249,14 @@ class GpuActivity(threading.Thread):
             raise err
 
     def close(self):
-        for fd in (self._rfd, self._wfd):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._rfd = self._wfd = None
+        for fd in [fd for f in self._fifos for fd in f[:2]]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fifos = []
+        for live in self._live:        # never attached (a failure before the reader ran)
+            live.cleanup()
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -189,9 +265,10 @@ class GpuActivity(threading.Thread):
         with self._lock:
             s = dict(self._stats)
         s["processes"] = sorted(s["processes"])
-        s["bad_bytes"] = self._parser.bad_bytes
-        s["incomplete_bytes"] = self._parser.leftover
-        s["incomplete_names"] = self._parser.pending_names
+        parsers = self._parsers
+        s["bad_bytes"] = sum(p.bad_bytes for p in parsers)
+        s["incomplete_bytes"] = sum(p.leftover for p in parsers)
+        s["incomplete_names"] = sum(p.pending_names for p in parsers)
         return s
 
     def drops(self) -> dict:
@@ -207,7 +284,24 @@ class GpuActivity(threading.Thread):
         notes = [f"GPU activity of process {pid}: CUPTI's converted timestamps ({why}); "
                  "they carry no stated bound" for pid, why in s["raw"].items()
                  if why != GPU_RAW_STATES[0]]
-        if not s["raw"]:
+        if self.live_mode:
+            notes += [_detach_note(int(pid), a) for pid, a in s["attached"].items()
+                      if "state" in a]
+        elif not s["raw"]:
             notes.append("GPU activity: no process of the command loaded the CUPTI library "
                          "(it used no CUDA, or CUPTI failed to start: see its stderr)")
         return notes
+
+
+def _detach_note(pid, a) -> str:
+    if a["state"] == "exited":
+        return f"GPU activity of process {pid}: the process exited while attached"
+    if a["state"] == "stopped" and not a.get("thread_left"):
+        return (f"GPU activity of process {pid} detached: activity and callbacks off, CUPTI "
+                "unsubscribed, the library's thread gone (the library stays loaded, inert); "
+                f"the {a.get('traps', 0)} SIGSEGV signals of its main thread at the attach and "
+                "the detach were clockalign's (the return of each call made through ptrace), "
+                "never delivered")
+    return (f"GPU activity of process {pid}: the detach did not complete (state "
+            f"{a['state']}{', its thread still runs' if a.get('thread_left') else ''}"
+            f"{': ' + a['error'] if a.get('error') else ''})")

@@ -385,30 +385,37 @@ class Recorder:
 
     def _prepare_activity(self, env):
         """--gpu-activity: CUPTI offered to the command (env gets CUDA_INJECTION64_PATH and
-        the library's settings), or, first and once, one notice saying why GPU activity
-        will not be recorded (no driver, no libcuda for the command, no CUPTI); the rest is
-        recorded either way."""
-        from .gpuactivity import GpuActivity, cannot_record, spawn_only_notice
-        if not self.opts.command:
-            self.notice(spawn_only_notice(), "warning")
-            return
-        why = cannot_record(env, nvidia_driver_version())
+        the library's settings), or loaded into the --pid targets once the probes are armed
+        (_start_helpers); or, first and once, one notice saying why GPU activity will not be
+        recorded (no driver, no libcuda for the command, no CUPTI); the rest is recorded
+        either way."""
+        from .gpuactivity import GpuActivity, cannot_record
+        why = cannot_record(env, nvidia_driver_version()) if self.opts.command else None
         act = None
         try:
             if why is None:
                 act = GpuActivity(raw=self.opts.gpu_activity_timestamps != "converted")
-                act.prepare(env)
+                if not self.opts.command:
+                    for text in act.prepare_live(self.opts.pids, env):
+                        self.notice(text, "warning")
+                    if not act.attaching:
+                        act.close()
+                        return
+                else:
+                    act.prepare(env)
         except ClockalignError as e:
-            act.close()
+            if act is not None:
+                act.close()
             why = str(e)
         if why is not None:
             self.notice(f"GPU activity will not be recorded: {why}; recording the rest",
                         "warning")
             return
         self._activity = act
-        self.notice(f"GPU activity: each process of the command that starts CUDA is to load "
-                    f"CUPTI {act.cupti.lib} (from {act.cupti.where}) through "
-                    f"CUDA_INJECTION64_PATH, {act.meta()['timestamps']} timestamps")
+        if self.opts.command:
+            self.notice(f"GPU activity: each process of the command that starts CUDA is to "
+                        f"load CUPTI {act.cupti.lib} (from {act.cupti.where}) through "
+                        f"CUDA_INJECTION64_PATH, {act.meta()['timestamps']} timestamps")
 
     def _close_activity(self):
         if self._activity is not None:
@@ -445,6 +452,8 @@ class Recorder:
         if self._activity is not None:
             self._activity.start_writing(self.writer)
             helpers.append(("gpu_activity", self._activity))
+            for level, text in self._activity.attach_live():    # --pid: probes armed now
+                self.notice(text, level)
         try:
             from .clockprobe import ClockProbeThread
             gpus = [d for d in self.devices if d.cuda_ordinal is not None] \

@@ -113,7 +113,8 @@ def record_options(output, force, pids, duration, libcuda, no_cuda, cuda_args, c
 @click.option("-o", "--output", default="clockalign.ca", show_default=True,
               help="Run file (created 0600, owned by the sudo user).")
 @click.option("--gpu-activity", is_flag=True,
-              help="Spawn mode: inject CUPTI into the command (CUDA_INJECTION64_PATH) and record "
+              help="Inject CUPTI into the command (CUDA_INJECTION64_PATH) or, with --pid, into "
+                   "the running process (ptrace + dlopen; off again at the end) and record "
                    "every kernel, copy and memset it runs on the GPU, on the GPU's own clock, "
                    "mapped to MONOTONIC with the stated uncertainty.")
 @click.option("--gpu-activity-timestamps", type=click.Choice(["raw", "converted"]),

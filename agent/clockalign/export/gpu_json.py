@@ -5,7 +5,7 @@ Perfetto export ("GPU0 stream 13 (pid 4242)"; its overflow lanes are threads of 
 own), with each kernel, copy and memset as a complete event ("X", cat "gpu") on MONOTONIC.
 Its args are dump's fields of that execution: unc_ns/end_unc_ns (null for CUPTI's converted
 timestamps, which carry no bound: "timestamps":"converted"), pid, device, gpu, stream,
-correlation, grid/block/shared_mem or bytes (value for memsets), and the launching call.
+correlation, grid/block/shared_mem/graph (CUDA graph id and node id; 0: none) or bytes (value for memsets), and the launching call.
 A flow ("s" on the launch call's slice, "f" bound to the execution's enclosing slice,
 cat "gpu", name "launch") joins each execution to the BPF-probed call that launched it;
 ids are ``JSON_FLOW_BASE`` + row + 1 (below 2^53: JavaScript reads them exactly).
@@ -111,6 +111,11 @@ def _shape_text(r, rows, start, end, track, texts, name_ix, fn_ix, tracks) -> np
             row.const(b"]")
         row.const(b',"shared_mem":')
         _num(row, e["shmem"])
+        row.const(b',"graph":{"id":')
+        _num(row, e["aux"])
+        row.const(b',"node":')
+        _num(row, e["graph_node"])
+        row.const(b"}")
     else:
         row.const(b',"bytes":')
         _num(row, e["bytes"])

@@ -2,10 +2,10 @@
 
 One track per (GPU, process, CUDA stream), a child of the GPU's track, with each kernel,
 copy and memset as a slice on MONOTONIC (clockalign's mapping of the GPU's own clock; the
-uncertainty as annotations); a flow from the launching driver call's slice on its thread
-track to the execution.  The flows' starts are put on the launch slices while the bulk
-events stream (TraceModel.gpu_flows = LaunchFlows(acts)), their ends on the GPU slices
-here, after.
+uncertainty, and a CUDA graph's kernels "graph ID node ID", as annotations); a flow from
+the launching driver call's slice on its thread track to the execution.  The flows'
+starts are put on the launch slices while the bulk events stream (TraceModel.gpu_flows =
+LaunchFlows(acts)), their ends on the GPU slices here, after.
 
     model.gpu_flows = LaunchFlows(acts)
     ... stream(model, writer) ...
@@ -17,7 +17,7 @@ import numpy as np
 
 from ..store.schema import GpuKind, Kind, unpack_dims
 from ..timeline.gpu_activity import activity_names, row_keys
-from .rows import BATCH_ROWS, CAT, V_INT, V_STR, V_UINT, Batch, Slots
+from .rows import BATCH_ROWS, CAT, SLOTS, V_INT, V_STR, V_UINT, Batch, Slots
 
 FLOW_BASE = 0xCB00_0000_0000_0000
 
@@ -93,6 +93,18 @@ def layout(model, r) -> tuple:
     return start, end, order, model.lanes.assign(base, start, end, order)
 
 
+def _graph_strings(model, r, kernel):
+    """Interned "graph ID node ID" texts, and each row's index into them (-1: none)."""
+    ix = np.full(len(r), -1, dtype=np.int64)
+    g = np.flatnonzero(kernel & (r["aux"] != 0))
+    if not len(g):
+        return np.zeros(0, dtype=np.int64), ix
+    pairs, inv = np.unique(np.stack([r["aux"][g].astype(np.uint64), r["graph_node"][g]], axis=1),
+                           axis=0, return_inverse=True)
+    ix[g] = inv.reshape(-1)
+    return model.strings.ids_of([f"graph {a} node {b}" for a, b in pairs.tolist()]), ix
+
+
 def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BATCH_ROWS) -> int:
     """The GPU slices of ``acts`` on their stream tracks, through the writer's bulk path
     (PerfettoWriter.prepare/encode, as the BPF events); returns how many were written."""
@@ -110,12 +122,15 @@ def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BAT
     block_sid = model.strings.ids_of([_dims_str(v) for v in np.unique(r["block"]).tolist()])
     grid_ix = np.searchsorted(np.unique(r["grid"]), r["grid"])
     block_ix = np.searchsorted(np.unique(r["block"]), r["block"])
+    graph_sid, graph_ix = _graph_strings(model, r, kernel)
     for a in range(0, len(r), batch_rows):
         rows = order[a:a + batch_rows]
         n = len(rows)
-        sl = Slots(n)
+        sl = Slots(n, SLOTS + 1)          # + a graph kernel's "graph ID node ID"
         j = np.arange(n)
         k, ms = kernel[rows], memset[rows]
+        g = graph_ix[rows] >= 0
+        sl.put(7, j[g], "graph", V_STR, graph_sid[graph_ix[rows][g]])
         sl.put(0, j, "unc_ns", V_INT, np.where(raw[rows], r["unc_ns"][rows], -1))
         sl.put(1, j, "end_unc_ns", V_INT, np.where(raw[rows], r["end_unc_ns"][rows], -1))
         sl.put(2, j[k], "grid", V_STR, grid_sid[grid_ix[rows][k]])

@@ -28,7 +28,7 @@ ANN_NAMES = sorted({a for _, args in CUDA_FUNCTIONS.values() for a in args if a}
     "tid", "parent_tid", "comm", "group_dead", "exit_code", "sender_pid", "sender_comm",
     "code", "dev", "msg", "pid", "signal_result", "running_ns",
     "kind", "sources", "message", "gpu", "recovery_ns", "sightings", "step",
-    "correlation", "end_unc_ns"})
+    "correlation", "end_unc_ns", "graph"})
 ANN = {a: i for i, a in enumerate(ANN_NAMES)}
 assert len(ANN_NAMES) < 64    # chrome_json packs a slot's name and type into 9 bits
 
@@ -90,11 +90,11 @@ class Columns:
 class Slots:
     """Up to SLOTS debug annotations per row: name id, value type and 64-bit value."""
 
-    def __init__(self, n: int):
-        self.present = np.zeros((SLOTS, n), dtype=bool)
-        self.name = np.zeros((SLOTS, n), dtype=np.int16)      # index in ANN_NAMES
-        self.vtype = np.zeros((SLOTS, n), dtype=np.int8)
-        self.value = np.zeros((SLOTS, n), dtype=np.uint64)
+    def __init__(self, n: int, slots: int = SLOTS):
+        self.present = np.zeros((slots, n), dtype=bool)
+        self.name = np.zeros((slots, n), dtype=np.int16)      # index in ANN_NAMES
+        self.vtype = np.zeros((slots, n), dtype=np.int8)
+        self.value = np.zeros((slots, n), dtype=np.uint64)
 
     def put(self, k: int, rows, name: str, vtype: int, values, keep=None):
         rows = np.asarray(rows)

@@ -23,6 +23,9 @@
  * period and switches collection to it (0: nothing; activity in windows), sending a
  * CA_GK_MODE record with the time of each switch, so the run file says what was on when.
  *
+ * `record --pid P --gpu-activity` loads the library into a running process instead
+ * (capture/inject_so.py) and calls ca_cupti_attach(settings): see ca_gpu_wire.h, struct ca_live.
+ *
  * A write that would raise SIGPIPE (the recorder is gone) is caught with SIGPIPE blocked
  * in the writing thread; the library then stops collecting, and the target runs on.
  */
@@ -33,6 +36,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +74,7 @@ static struct {
     CUptiResult (*ActivityGetNumDroppedRecords)(CUcontext, uint32_t, size_t *);
     CUptiResult (*ActivityEnableRawTimestamps)(uint8_t);
     CUptiResult (*Subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
+    CUptiResult (*Unsubscribe)(CUpti_SubscriberHandle);
     CUptiResult (*EnableCallback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
                                   CUpti_CallbackId);
     CUptiResult (*GetCallbackName)(CUpti_CallbackDomain, uint32_t, const char **);
@@ -81,6 +86,7 @@ static struct {
 
 static CUresult (*p_cuDeviceGet)(CUdevice *, int);
 static CUresult (*p_cuDeviceGetUuid)(CUuuid *, CUdevice);
+static CUresult (*p_cuDeviceGetCount)(int *);
 
 static int fifo = -1;
 static volatile int dead;          /* the recorder went away: stop sending */
@@ -103,12 +109,30 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void warn(const char *what, CUptiResult r)
+static int live;                       /* loaded by ca_cupti_attach, not by CUDA */
+__attribute__((visibility("default"))) struct ca_live ca_cupti_live;
+
+/* The reason GPU activity is off: into ca_cupti_live.error (the recorder reads it in live
+ * mode) and, when CUDA loaded the library, on the target's stderr.  Returns `code`. */
+__attribute__((format(printf, 2, 3))) static int fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ca_cupti_live.error, sizeof(ca_cupti_live.error), fmt, ap);
+    va_end(ap);
+    ca_cupti_live.failure = code;
+    if (!live)
+        fprintf(stderr, "clockalign-cupti: %s (GPU activity is off)\n", ca_cupti_live.error);
+    return code;
+}
+
+static int warn(const char *what, CUptiResult r)
 {
     const char *s = "?";
     if (cu.GetResultString)
         cu.GetResultString(r, &s);
-    fprintf(stderr, "clockalign-cupti: %s failed: %s (GPU activity is off)\n", what, s);
+    return fail(r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED ? CA_FAIL_SUBSCRIBED
+                : CA_FAIL_CUPTI, "%s failed: %s", what, s);
 }
 
 /* One packet, one write(2) (atomic: <= PIPE_BUF).  Caller holds `lock`. */
@@ -279,6 +303,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
             o.block = dims(k->blockX, k->blockY, k->blockZ);
             o.shmem = (uint32_t)(k->staticSharedMemory + k->dynamicSharedMemory);
             o.name = intern_locked(k->name);
+            o.value = k->graphNodeId;        /* 0 and 0: not launched from a graph */
+            o.aux = k->graphId;
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const ca_memcpy_t *m = (const ca_memcpy_t *)rec;
             o.kind = CA_GK_MEMCPY;
@@ -320,13 +346,10 @@ static __thread uint64_t tl_enter;
 static __thread uint32_t tl_tid;
 static uint32_t api_name_sent[CUPTI_DRIVER_TRACE_CBID_SIZE + 1];
 
-static void device_record(CUcontext ctx)
+static void device_record_ordinal(uint32_t ordinal)
 {
-    uint32_t ordinal;
     CUdevice dev;
     CUuuid uuid;
-    if (!ctx || cu.GetDeviceId(ctx, &ordinal) != CUPTI_SUCCESS)
-        return;
     struct ca_gpu_rec o;
     memset(&o, 0, sizeof(o));
     o.kind = CA_GK_DEVICE;
@@ -339,6 +362,13 @@ static void device_record(CUcontext ctx)
         o.aux = 1;
     }
     put(&o);
+}
+
+static void device_record(CUcontext ctx)
+{
+    uint32_t ordinal;
+    if (ctx && cu.GetDeviceId(ctx, &ordinal) == CUPTI_SUCCESS)
+        device_record_ordinal(ordinal);
 }
 
 static void CUPTIAPI on_callback(void *ud, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
@@ -504,13 +534,9 @@ static int flusher_running, flusher_stop;
 static pthread_mutex_t flusher_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t flusher_cv = PTHREAD_COND_INITIALIZER;
 
-static void *flusher(void *arg)
+static void flush_loop(void)
 {
     unsigned n = 0;
-    (void)arg;
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
     pthread_mutex_lock(&flusher_mu);
     while (!flusher_stop && !dead) {
         struct timespec until;
@@ -531,11 +557,32 @@ static void *flusher(void *arg)
         pthread_mutex_lock(&flusher_mu);
     }
     pthread_mutex_unlock(&flusher_mu);
+}
+
+/* The library's threads take no signal of the target's. */
+static void block_signals(void)
+{
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+}
+
+static void *flusher(void *arg)
+{
+    (void)arg;
+    block_signals();
+    flush_loop();
     return NULL;
 }
 
+static void live_stop_and_wait(void);
+
 static void at_exit(void)
 {
+    if (live) {
+        live_stop_and_wait();
+        return;
+    }
     if (flusher_running) {
         pthread_mutex_lock(&flusher_mu);
         flusher_stop = 1;
@@ -550,14 +597,11 @@ static void at_exit(void)
     flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 }
 
-static int resolve(void *h)
+static int resolve(void *h, const char *lib)
 {
 #define SYM(field, name) \
-    if (!(*(void **)&cu.field = dlsym(h, name))) { \
-        fprintf(stderr, "clockalign-cupti: %s has no %s (GPU activity is off)\n", \
-                getenv("CLOCKALIGN_CUPTI_LIB"), name); \
-        return -1; \
-    }
+    if (!(*(void **)&cu.field = dlsym(h, name))) \
+        return fail(CA_FAIL_LIB, "%s has no %s", lib, name);
     SYM(ActivityEnable, "cuptiActivityEnable")
     SYM(ActivityDisable, "cuptiActivityDisable")
     SYM(ActivityRegisterCallbacks, "cuptiActivityRegisterCallbacks")
@@ -565,6 +609,7 @@ static int resolve(void *h)
     SYM(ActivityFlushAll, "cuptiActivityFlushAll")
     SYM(ActivityGetNumDroppedRecords, "cuptiActivityGetNumDroppedRecords")
     SYM(Subscribe, "cuptiSubscribe")
+    SYM(Unsubscribe, "cuptiUnsubscribe")
     SYM(EnableCallback, "cuptiEnableCallback")
     SYM(GetCallbackName, "cuptiGetCallbackName")
     SYM(GetTimestamp, "cuptiGetTimestamp")
@@ -576,43 +621,20 @@ static int resolve(void *h)
     return 0;
 }
 
-__attribute__((visibility("default"))) int InitializeInjection(void)
+/* libcupti loaded, raw timestamps asked for, activity buffers and callbacks registered,
+ * collection switched on: shared by both ways in.  Returns 0 or a CA_FAIL_* code (the
+ * reason in ca_cupti_live.error). */
+static int setup(const char *lib, const char *raw_env, const char *mode)
 {
-    static int done;
-    if (done++)
-        return 1;
-    const char *path = getenv("CLOCKALIGN_CUPTI_FIFO");
-    const char *lib = getenv("CLOCKALIGN_CUPTI_LIB");
-    const char *raw_env = getenv("CLOCKALIGN_CUPTI_RAW");
-    if (!path || !lib) {
-        fprintf(stderr, "clockalign-cupti: CLOCKALIGN_CUPTI_FIFO and CLOCKALIGN_CUPTI_LIB must "
-                        "be set (this library is loaded by clockalign record --gpu-activity)\n");
-        return 1;
-    }
-    my_pid = (uint32_t)getpid();
-    fifo = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fifo < 0) {
-        fprintf(stderr, "clockalign-cupti: cannot open %s: %s (GPU activity is off)\n", path,
-                strerror(errno));
-        return 1;
-    }
-    fcntl(fifo, F_SETFL, fcntl(fifo, F_GETFL) & ~O_NONBLOCK);
     void *h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
-    if (!h) {
-        fprintf(stderr, "clockalign-cupti: cannot load %s: %s (GPU activity is off)\n", lib,
-                dlerror());
-        close(fifo);
-        fifo = -1;
-        return 1;
-    }
-    if (resolve(h) < 0) {
-        close(fifo);
-        fifo = -1;
-        return 1;
-    }
+    if (!h)
+        return fail(CA_FAIL_LIB, "cannot load %s: %s", lib, dlerror());
+    if (resolve(h, lib))
+        return CA_FAIL_LIB;
     void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (cuda) {
         *(void **)&p_cuDeviceGet = dlsym(cuda, "cuDeviceGet");
+        *(void **)&p_cuDeviceGetCount = dlsym(cuda, "cuDeviceGetCount");
         *(void **)&p_cuDeviceGetUuid = dlsym(cuda, "cuDeviceGetUuid_v2");
         if (!p_cuDeviceGetUuid)
             *(void **)&p_cuDeviceGetUuid = dlsym(cuda, "cuDeviceGetUuid");
@@ -623,6 +645,7 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     info.start = mono_ns();
     uint32_t version = 0;
     cu.GetVersion(&version);
+    ca_cupti_live.cupti_version = version;
     info.value = version;
     info.aux = CA_RAW_NOT_ASKED;
     if (!raw_env || strcmp(raw_env, "0")) {
@@ -637,14 +660,10 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
     }
     info.flags = ts_flags;
     CUptiResult r;
-    if ((r = cu.ActivityRegisterCallbacks(buffer_requested, buffer_completed)) != CUPTI_SUCCESS) {
-        warn("cuptiActivityRegisterCallbacks", r);
-        return 1;
-    }
-    if ((r = cu.Subscribe(&subscriber, on_callback, NULL)) != CUPTI_SUCCESS) {
-        warn("cuptiSubscribe (is another CUPTI client, e.g. a profiler, attached?)", r);
-        return 1;
-    }
+    if ((r = cu.ActivityRegisterCallbacks(buffer_requested, buffer_completed)) != CUPTI_SUCCESS)
+        return warn("cuptiActivityRegisterCallbacks", r);
+    if ((r = cu.Subscribe(&subscriber, on_callback, NULL)) != CUPTI_SUCCESS)
+        return warn("cuptiSubscribe (is another CUPTI client, e.g. a profiler, attached?)", r);
     cu.EnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
     for (uint32_t id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; id++) {
         const char *name = NULL;
@@ -652,12 +671,194 @@ __attribute__((visibility("default"))) int InitializeInjection(void)
                               CUPTI_SUCCESS && name && starts_gpu_work(name);
     }
     put(&info);
+    apply_mode(parse_mode(mode, CA_MODE_KERNEL | CA_MODE_MEMCPY | CA_MODE_MEMSET | CA_MODE_API));
+    return 0;
+}
+
+static int open_fifo(const char *path)
+{
+    fifo = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fifo < 0)
+        return fail(CA_FAIL_FIFO, "cannot open %s: %s", path, strerror(errno));
+    fcntl(fifo, F_SETFL, fcntl(fifo, F_GETFL) & ~O_NONBLOCK);
+    return 0;
+}
+
+static void close_fifo(void)
+{
+    pthread_mutex_lock(&lock);
+    if (fifo >= 0)
+        close(fifo);
+    fifo = -1;
+    pthread_mutex_unlock(&lock);
+}
+
+static int spawn_started;
+
+__attribute__((visibility("default"))) int InitializeInjection(void)
+{
+    if (spawn_started++ || live)
+        return 1;
+    const char *path = getenv("CLOCKALIGN_CUPTI_FIFO");
+    const char *lib = getenv("CLOCKALIGN_CUPTI_LIB");
+    if (!path || !lib) {
+        fprintf(stderr, "clockalign-cupti: CLOCKALIGN_CUPTI_FIFO and CLOCKALIGN_CUPTI_LIB must "
+                        "be set (this library is loaded by clockalign record --gpu-activity)\n");
+        return 1;
+    }
+    my_pid = (uint32_t)getpid();
+    if (open_fifo(path))
+        return 1;
+    if (setup(lib, getenv("CLOCKALIGN_CUPTI_RAW"), getenv("CLOCKALIGN_CUPTI_MODE"))) {
+        close_fifo();
+        return 1;
+    }
     ctl_path = getenv("CLOCKALIGN_CUPTI_CTL");
-    apply_mode(parse_mode(getenv("CLOCKALIGN_CUPTI_MODE"),
-                          CA_MODE_KERNEL | CA_MODE_MEMCPY | CA_MODE_MEMSET | CA_MODE_API));
     poll_ctl();
     clock_record();
     flusher_running = pthread_create(&flusher_thread, NULL, flusher, NULL) == 0;
     atexit(at_exit);
     return 1;
+}
+
+/* --- live attach: loaded into a running process by record --pid --gpu-activity --- */
+static struct { char fifo[512], lib[512], raw[8], mode[32], pid[16]; } conf;
+
+static void conf_value(const char *text, const char *key, char *out, size_t cap)
+{
+    size_t k = strlen(key);
+    out[0] = 0;
+    const char *nl;
+    for (const char *line = text; line && *line; line = (nl = strchr(line, '\n')) ? nl + 1 : NULL) {
+        if (strncmp(line, key, k) || line[k] != '=')
+            continue;
+        const char *v = line + k + 1, *end = strchr(v, '\n');
+        size_t n = end ? (size_t)(end - v) : strlen(v);
+        if (n >= cap)
+            n = cap - 1;
+        memcpy(out, v, n);
+        out[n] = 0;
+        return;
+    }
+}
+
+/* Everything that leaves the process as it was: activity and callbacks off, what was
+ * collected flushed, the subscription given back, the FIFO closed.  The activity buffer
+ * callbacks stay registered with CUPTI (there is no unregistering), so the library stays
+ * loaded: inert, with no thread. */
+static void teardown(void)
+{
+    apply_mode(0);
+    cu.EnableCallback(0, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                      CUPTI_CBID_RESOURCE_CONTEXT_CREATED);
+    clock_record();
+    flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    cu.Unsubscribe(subscriber);
+    close_fifo();
+    pthread_mutex_lock(&lock);
+    free(names);
+    names = NULL;
+    names_cap = names_used = 0;
+    next_name_id = 1;
+    memset(api_name_sent, 0, sizeof(api_name_sent));
+    staged = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+static void *live_main(void *arg)
+{
+    (void)arg;
+    block_signals();
+    ca_cupti_live.tid = (uint32_t)syscall(SYS_gettid);
+    if (setup(conf.lib, conf.raw, conf.mode[0] ? conf.mode : NULL)) {
+        if (cu.Unsubscribe && ca_cupti_live.failure == CA_FAIL_CUPTI)
+            cu.Unsubscribe(subscriber);
+        close_fifo();
+        ca_cupti_live.tid = 0;
+        __atomic_store_n(&ca_cupti_live.state, CA_LIVE_FAILED, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    if (p_cuDeviceGetCount) {         /* contexts made before the attach: no callback told */
+        int count = 0;
+        if (p_cuDeviceGetCount(&count) == CUDA_SUCCESS)
+            for (int i = 0; i < count; i++)
+                device_record_ordinal((uint32_t)i);
+    }
+    clock_record();
+    __atomic_store_n(&ca_cupti_live.state, CA_LIVE_RUNNING, __ATOMIC_RELEASE);
+    flush_loop();
+    __atomic_store_n(&ca_cupti_live.state, CA_LIVE_STOPPING, __ATOMIC_RELEASE);
+    teardown();
+    ca_cupti_live.tid = 0;
+    __atomic_store_n(&ca_cupti_live.state, CA_LIVE_STOPPED, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Called by the recorder on a hijacked thread of the target: it returns at once (that
+ * thread may hold a CUDA lock CUPTI's calls need); the library's own thread starts CUPTI.
+ * Returns 0 or a CA_FAIL_* code. */
+__attribute__((visibility("default"))) int ca_cupti_attach(const char *settings)
+{
+    static int atexit_done;
+    int st = __atomic_load_n(&ca_cupti_live.state, __ATOMIC_ACQUIRE);
+    if (spawn_started || (st >= CA_LIVE_STARTING && st <= CA_LIVE_STOPPING))
+        return CA_FAIL_BUSY;
+    live = 1;
+    ca_cupti_live.failure = CA_FAIL_NONE;
+    ca_cupti_live.error[0] = 0;
+    conf_value(settings, "fifo", conf.fifo, sizeof(conf.fifo));
+    conf_value(settings, "lib", conf.lib, sizeof(conf.lib));
+    conf_value(settings, "raw", conf.raw, sizeof(conf.raw));
+    conf_value(settings, "mode", conf.mode, sizeof(conf.mode));
+    conf_value(settings, "pid", conf.pid, sizeof(conf.pid));   /* the host's, not a container's */
+    ca_cupti_live.state = CA_LIVE_FAILED;
+    if (!conf.fifo[0] || !conf.lib[0])
+        return fail(CA_FAIL_CONF, "the settings name no fifo or no lib");
+    my_pid = conf.pid[0] ? (uint32_t)strtoul(conf.pid, NULL, 10) : (uint32_t)getpid();
+    dead = 0;
+    flusher_stop = 0;
+    if (open_fifo(conf.fifo))
+        return CA_FAIL_FIFO;
+    pthread_attr_t attr;
+    pthread_t t;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    ca_cupti_live.state = CA_LIVE_STARTING;
+    int e = pthread_create(&t, &attr, live_main, NULL);
+    pthread_attr_destroy(&attr);
+    if (e) {
+        ca_cupti_live.state = CA_LIVE_FAILED;
+        close_fifo();
+        return fail(CA_FAIL_THREAD, "cannot start the library's thread: %s", strerror(e));
+    }
+    if (!atexit_done++)
+        atexit(at_exit);
+    return 0;
+}
+
+/* Asks the library's thread to turn everything off and exit (ca_cupti_live.state becomes
+ * CA_LIVE_STOPPED).  Returns at once with the state it found. */
+__attribute__((visibility("default"))) int ca_cupti_detach(void)
+{
+    int st = __atomic_load_n(&ca_cupti_live.state, __ATOMIC_ACQUIRE);
+    if (st == CA_LIVE_STARTING || st == CA_LIVE_RUNNING) {
+        pthread_mutex_lock(&flusher_mu);
+        flusher_stop = 1;
+        pthread_cond_signal(&flusher_cv);
+        pthread_mutex_unlock(&flusher_mu);
+    }
+    return st;
+}
+
+/* At the target's exit while attached: the thread must be out of CUPTI first. */
+static void live_stop_and_wait(void)
+{
+    ca_cupti_detach();
+    for (int i = 0; i < 2000; i++) {
+        int st = __atomic_load_n(&ca_cupti_live.state, __ATOMIC_ACQUIRE);
+        if (st != CA_LIVE_STARTING && st != CA_LIVE_RUNNING && st != CA_LIVE_STOPPING)
+            return;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
 }

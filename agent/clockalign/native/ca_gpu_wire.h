@@ -28,7 +28,8 @@ struct ca_pkt {
 };
 
 /* ca_gpu_rec.kind */
-#define CA_GK_KERNEL 1    /* start,end: GPU time; grid,block packed; name: kernel name id */
+#define CA_GK_KERNEL 1    /* start,end: GPU time; grid,block packed; name: kernel name id;
+                             value: CUDA graph node id, aux: graph id (0: not from a graph) */
 #define CA_GK_MEMCPY 2    /* value: bytes; aux: copyKind | srcKind << 8 | dstKind << 16 */
 #define CA_GK_MEMSET 3    /* value: bytes; aux: the byte value set */
 #define CA_GK_API 4       /* a driver call that can start GPU work: start/end MONOTONIC at
@@ -87,6 +88,38 @@ struct ca_name_hdr {
     uint32_t space;
     uint32_t offset;
     uint32_t total;
+};
+
+/* Live attach (record --pid --gpu-activity): the library is dlopen'ed into a running process
+ * through ptrace and ca_cupti_attach("key=value\n...") is called (keys: fifo, lib, raw,
+ * mode, pid); CUPTI is started by the library's own thread, so the hijacked thread returns at
+ * once and no CUDA lock it may hold is needed (pid: the target as the host numbers it).
+ * The recorder follows the exported `ca_cupti_live` by reading the target's memory;
+ * ca_cupti_detach() asks the thread to turn activity off, flush, unsubscribe and exit (its
+ * tid is then gone from /proc/PID/task). */
+#define CA_LIVE_IDLE 0
+#define CA_LIVE_STARTING 1
+#define CA_LIVE_RUNNING 2
+#define CA_LIVE_STOPPING 3
+#define CA_LIVE_STOPPED 4
+#define CA_LIVE_FAILED 5
+
+/* ca_live.failure */
+#define CA_FAIL_NONE 0
+#define CA_FAIL_CONF 1          /* the settings string lacks fifo or lib */
+#define CA_FAIL_FIFO 2          /* the FIFO cannot be opened in the target */
+#define CA_FAIL_LIB 3           /* libcupti cannot be loaded or lacks a symbol */
+#define CA_FAIL_CUPTI 4         /* a CUPTI call failed */
+#define CA_FAIL_SUBSCRIBED 5    /* another CUPTI subscriber is present (a profiler) */
+#define CA_FAIL_THREAD 6        /* the library's thread cannot be started */
+#define CA_FAIL_BUSY 7          /* already attached */
+
+struct ca_live {          /* 256 bytes */
+    int32_t state;        /* CA_LIVE_* */
+    int32_t failure;      /* CA_FAIL_* */
+    uint32_t tid;         /* the library's thread, while it runs */
+    uint32_t cupti_version;
+    char error[240];      /* one sentence on failure */
 };
 
 #define CA_RECS_PER_PKT ((CA_PKT_MAX - sizeof(struct ca_pkt)) / sizeof(struct ca_gpu_rec))

@@ -7,6 +7,8 @@ work was off-CPU (preempted or blocked).
 - launch-to-start: an execution's start minus its launching call's entry (BPF), i.e. the
   launch overhead plus the time queued behind earlier work;
 - kernel durations: percentiles, and the kernels with the most GPU time;
+- CUDA graphs: the kernels of each graph (CUPTI's graph id) grouped into its replays (one
+  per launching call's correlation id): replays, nodes, kernels, GPU time, replay span;
 - idle gaps: between one stream's busy intervals; each is charged with the off-CPU time of
   the thread that launched the work after it, inside [gap start, min(gap end, that launch
   call's entry)]: the GPU waited while that thread was not running.
@@ -154,6 +156,35 @@ def kernel_table(acts, rows, k=15) -> list:
     return out
 
 
+def graph_table(rows, k=10) -> list:
+    """Per (pid, graph id), the graphs with the most GPU time first: replays (distinct
+    correlation ids: one cuGraphLaunch each), distinct nodes, kernels, GPU time and the
+    replays' span (first kernel start to last kernel end) p50 / max."""
+    gi = np.flatnonzero((rows["kind"] == GpuKind.KERNEL) & (rows["aux"] != 0))
+    if not len(gi):
+        return []
+    g = rows[gi]
+    gkey = (g["pid"].astype(np.int64) << 32) | g["aux"].astype(np.int64)
+    uniq, inv = np.unique(gkey, return_inverse=True)
+    dur = (g["end_ns"] - g["t_ns"]).astype(np.float64)
+    tot = np.bincount(inv, weights=dur)
+    out = []
+    for j in np.argsort(-tot)[:k].tolist():
+        m = np.flatnonzero(inv == j)
+        corr = g["corr"][m]
+        ruq, rinv = np.unique(corr, return_inverse=True)
+        t0 = np.full(len(ruq), np.iinfo(np.int64).max)
+        t1 = np.full(len(ruq), np.iinfo(np.int64).min)
+        np.minimum.at(t0, rinv, g["t_ns"][m])
+        np.maximum.at(t1, rinv, g["end_ns"][m])
+        span = t1 - t0
+        out.append({"pid": int(uniq[j] >> 32), "graph": int(uniq[j] & 0xFFFFFFFF),
+                    "replays": int(len(ruq)), "nodes": int(len(np.unique(g["graph_node"][m]))),
+                    "kernels": int(len(m)), "total_ns": int(tot[j]),
+                    "span_p50_ns": pct(span, 50), "span_max_ns": int(span.max())})
+    return out
+
+
 def gpu_section(acts, sched):
     """{"numbers", "text", "markdown"} of the GPU activity section, or None."""
     rows = acts.rows
@@ -177,6 +208,7 @@ def gpu_section(acts, sched):
                                   "negative": int((qd < 0).sum())}
     del kd, qd
     nums["kernels"] = kernel_table(acts, rows)
+    nums["graphs"] = graph_table(rows)
     gaps = idle_gaps(rows, sched, streams)
     del streams
     nums["idle_gaps"] = gaps
@@ -212,6 +244,12 @@ def gpu_section(acts, sched):
         name = r["kernel"] if len(r["kernel"]) <= 60 else r["kernel"][:57] + "..."
         kt.add([name, fmt_count(r["count"]), fmt_ns(r["total_ns"]), fmt_ns(r["p50_ns"]),
                 fmt_ns(r["p99_ns"]), fmt_ns(r["max_ns"])])
+    grt = Table(["pid", "graph", "replays", "nodes", "kernels", "GPU time", "replay p50",
+                 "replay max"])
+    for r in nums["graphs"]:
+        grt.add([r["pid"], r["graph"], fmt_count(r["replays"]), fmt_count(r["nodes"]),
+                 fmt_count(r["kernels"]), fmt_ns(r["total_ns"]), fmt_ns(r["span_p50_ns"]),
+                 fmt_ns(r["span_max_ns"])])
     gt = Table(["gpu/stream", "thread", "idle", "preempted", "blocked"])
     for r in gaps["top"]:
         gt.add([f"{r['gpu']}/{r['stream']}", r["tid"], fmt_ns(r["idle_ns"]),
@@ -222,6 +260,8 @@ def gpu_section(acts, sched):
                if len(gt) else ""))
     md = (summary.replace("\n", "\n\n") + "\n\nPer stream:\n\n" + st.markdown(15, "streams")
           + "\nKernels by GPU time:\n\n" + kt.markdown()
+          + ("\nCUDA graphs, kernels grouped into replays (by GPU time):\n\n" + grt.markdown()
+             if len(grt) else "")
           + ("\nIdle gaps while the launching thread was off-CPU (largest first):\n\n"
              + gt.markdown() if len(gt) else "") + notes)
     return {"numbers": nums, "text": text, "markdown": md}

@@ -48,7 +48,7 @@ ACTIVITY_DTYPE = np.dtype([
     ("pid", "<u4"), ("device", "<u4"), ("gpu", "<i4"), ("stream", "<u4"), ("name", "<u4"),
     ("corr", "<u4"), ("grid", "<u8"), ("block", "<u8"), ("bytes", "<u8"), ("aux", "<u4"),
     ("shmem", "<u4"), ("launch_tid", "<u4"), ("launch_t_ns", "<i8"), ("launch_end_ns", "<i8"),
-    ("launch_fn", "<u4"),
+    ("launch_fn", "<u4"), ("graph_node", "<u8"),     # kernels: aux = CUDA graph id (0: none)
 ])
 
 
@@ -203,7 +203,9 @@ def _decode(reader):
         dst = rows[na:na + len(a)]
         for f in _COPIED:
             dst[f] = p[f][a]
-        dst["bytes"] = np.where(kind[a] == GpuKind.KERNEL, 0, p["value"][a])
+        is_k = kind[a] == GpuKind.KERNEL
+        dst["bytes"] = np.where(is_k, 0, p["value"][a])
+        dst["graph_node"] = np.where(is_k, p["value"][a], 0)
         dst["gpu_start"], dst["gpu_end"] = p["start"][a], p["end"][a]
         dst["raw"] = (p["flags"][a] & GPU_FLAG_RAW) != 0
         na += len(a)
@@ -391,7 +393,8 @@ def activity_dicts(acts: GpuActivity, block: int = 1 << 16):
         c = {f: r[f].tolist() for f in ("kind", "raw", "t_ns", "end_ns", "unc_ns", "end_unc_ns",
                                         "pid", "device", "gpu", "stream", "corr", "shmem",
                                         "bytes", "aux", "launch_src", "launch_tid",
-                                        "launch_t_ns", "launch_end_ns", "launch_fn")}
+                                        "launch_t_ns", "launch_end_ns", "launch_fn",
+                                        "graph_node")}
         grid = np.stack(unpack_dims(r["grid"]), axis=1).tolist()
         blk = np.stack(unpack_dims(r["block"]), axis=1).tolist()
         ni = ni.tolist()
@@ -409,6 +412,7 @@ def activity_dicts(acts: GpuActivity, block: int = 1 << 16):
                 d["grid"] = grid[i]
                 d["block"] = blk[i]
                 d["shared_mem"] = c["shmem"][i]
+                d["graph"] = {"id": c["aux"][i], "node": c["graph_node"][i]}   # 0: no graph
             else:
                 d["bytes"] = c["bytes"][i]
                 if k == GpuKind.MEMSET:
