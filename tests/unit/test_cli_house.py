@@ -61,3 +61,11 @@ def test_doctor_missing_requirement_is_one_sentence_exit_1(monkeypatch, capsys):
     assert e.value.code == 1
     assert err == "clockalign: 1 requirement(s) missing: tracefs\n"
     assert "tracefs: not mounted" in out and "Traceback" not in err
+
+
+def test_python_dash_m_clockalign_is_the_command():
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "clockalign", "info", "/nonexistent/x.ca"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.startswith("clockalign: ") and "Traceback" not in p.stderr
