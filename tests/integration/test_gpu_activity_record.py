@@ -226,16 +226,19 @@ def test_where_it_cannot_work_it_says_so_once_first(fake_install, fakecuda, tmp_
     assert r.clean and "gpu_activity" not in r.meta
 
 
-# A container with its own root: a tmpfs holding /usr, /etc, /work, /dev, /proc and the
-# tests' directory bound in, and its own /tmp (writable or not), entered with chroot.
+# A container with its own root: a tmpfs holding /usr, /etc, /dev, /proc and the given
+# directories (the tests', the checkout, the interpreter's) bound in, and its own /tmp
+# (writable or not), entered with chroot.
 CHROOT = r"""
 set -e
-R=$1; shift; T=$1; shift; WITH_TMP=$1; shift
+R=$1; shift; BINDS=$1; shift; WITH_TMP=$1; shift
 mount -t tmpfs none "$R"
-for d in usr etc work dev proc; do mkdir -p "$R/$d"; mount --rbind "/$d" "$R/$d"; done
+for d in usr etc dev proc; do mkdir -p "$R/$d"; mount --rbind "/$d" "$R/$d"; done
 for l in bin lib lib64 sbin; do if [ -L "/$l" ]; then ln -s "$(readlink "/$l")" "$R/$l"; fi; done
-mkdir -p "$R$T"; mount --bind "$T" "$R$T"
-chmod 1777 "$R/tmp"
+IFS=:; for T in $BINDS; do
+    if [ ! -d "$R$T" ] || [ -z "$(ls -A "$R$T")" ]; then mkdir -p "$R$T"; mount --rbind "$T" "$R$T"; fi
+done; unset IFS
+mkdir -p "$R/tmp"; chmod 1777 "$R/tmp"
 if [ "$WITH_TMP" = no ]; then mount --rbind "$R/tmp" "$R/tmp"; mount -o remount,ro,bind "$R/tmp"; fi
 exec chroot "$R" "$@"
 """
@@ -249,9 +252,12 @@ def test_container_with_its_own_root(fakecuda, fake_install, tmp_path, with_tmp)
     root = tmp_path / "root"
     root.mkdir()
     top = os.path.commonpath([str(fakecuda), str(fake_install), str(tmp_path)])
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    binds = sorted({top, here, os.path.realpath(sys.base_prefix),
+                    os.path.dirname(os.path.realpath(sys.executable))}, key=len)
     target = subprocess.Popen(
         ["unshare", "--mount", "--fork", "--propagation", "private", "sh", "-c", CHROOT, "sh",
-         str(root), top, with_tmp, sys.executable, "-c", LIVE_TARGET,
+         str(root), ":".join(binds), with_tmp, sys.executable, "-c", LIVE_TARGET,
          str(fakecuda / "libcuda.so.1"), str(fake_install / "lib" / "libcupti.so"), "3", "10",
          "free"], stdout=subprocess.PIPE, text=True)
     out = tmp_path / "c.ca"
