@@ -101,7 +101,7 @@ def test_pid_filter_keeps_only_that_pid(gpu_run, tmp_path, pid, other):
     acts = tl.gpu_activity().rows
     assert stats["gpu_activity"] == int((acts["pid"] == pid).sum()) > 0
     assert sum(stats["events"].values()) == int((ev["pid"] == pid).sum())
-    assert stats["counters"] == 0
+    assert stats["counters"] == 0 and not seen["counters"]       # nor GPU clock bands
 
 
 def test_gpu_window_and_gpu_kinds(gpu_run, tmp_path):

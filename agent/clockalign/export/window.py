@@ -12,8 +12,9 @@ GPU execution) is kept whole, unclipped, when it overlaps the window, so a slice
 an edge shows its true start and end.  Counter samples and fault instants are kept when
 their time lies in the window; a flow is written only when both its ends are written.
 Kinds: the event kinds of the dump (store/schema.KIND_NAMES: cuda, sched, connect, ...),
-gpu_kernel, gpu_copy, gpu_memset, counters and faults.  Counters belong to a GPU, not a
-process: --pid leaves them out unless --kind counters asks for them.
+gpu_kernel, gpu_copy, gpu_memset, counters (the samples and the GPU clock bands) and faults.
+Counters belong to a GPU, not a process: --pid leaves them out unless --kind counters asks
+for them.
 """
 import dataclasses
 import re
@@ -116,18 +117,23 @@ class Selection:
             keep &= np.isin(r["kind"], np.asarray(want, dtype=np.int64))
         return acts if keep.all() else dataclasses.replace(acts, rows=r[keep])
 
+    @property
+    def gpu_wide(self) -> bool:
+        """Whether counters (samples and GPU clock bands, a GPU's, no process's) are wanted."""
+        if self.pids:
+            return bool(self.kinds) and "counters" in self.kinds
+        return self.wants("counters")
+
     def counters(self, cnt):
         if cnt is None:
             return cnt
-        if (self.pids and not (self.kinds and "counters" in self.kinds)) or \
-                not self.wants("counters"):
-            return cnt[:0]
-        return cnt[self._time(cnt["t_ns"])]
+        return cnt[self._time(cnt["t_ns"])] if self.gpu_wide else cnt[:0]
 
     def band(self, t, u):
-        """A GPU clock band's points in the window."""
-        keep = self._time(np.asarray(t, dtype=np.int64))
-        return np.asarray(t)[keep], np.asarray(u)[keep]
+        """A GPU clock band's points in the window (a counter track: none unless gpu_wide)."""
+        t, u = np.asarray(t, dtype=np.int64), np.asarray(u)
+        keep = self._time(t) & self.gpu_wide
+        return t[keep], u[keep]
 
     def faults(self, faults) -> list:
         """Faults at a time in the window, of a selected pid (a GPU's faults: no pid)."""
