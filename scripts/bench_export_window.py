@@ -95,7 +95,8 @@ def render_md(doc) -> str:
     m = doc["machine"]
     out = ["# Export of a window vs the whole run", "",
            f"`{doc['command']}` on {doc['date']} ({doc['elapsed_s']} s in all): one synthetic "
-           f"run of {doc['n']:,} events ({doc['run_mb']} MB run file, {doc['span_ns'] / 1e9:.1f} s; "
+           f"run of {doc['n']:,} events ({doc['run_mb']} MB run file, "
+           f"{doc['span_ns'] / 1e9:.1f} s; "
            "tests/synthetic.make_run: CUDA calls, off-CPU intervals, connect(), thread events, an "
            "Xid and an OOM chain, GPU counters) exported whole and as a window of "
            f"{doc['fraction']:.0%} of its span in its middle (`export --from T0ns --to T1ns`); "
