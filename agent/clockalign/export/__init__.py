@@ -9,7 +9,8 @@ writer per format: perfetto.py's PerfettoWriter, native protobuf with Perfetto's
 protos (gpu_tracks.py its GPU executions); chrome_json.py's JsonWriter, the Trace Event
 Format (gpu_json.py its GPU executions, jsonrows.py the row matrices both build on).
 model.py decides what each event shows, as rows (rows.py) on tracks (tracks.py) kept in
-order by overflow lanes (lanes.py); clocks.py gives the clock snapshot and GPU clock bands.
+order by overflow lanes (lanes.py); clocks.py gives the clock snapshot and GPU clock bands; window.py the part of a run to
+write (export --from/--to/--pid/--kind).
 """
 import os
 
@@ -20,8 +21,9 @@ FORMATS = ("perfetto", "chrome-json")
 EXTENSIONS = {"perfetto": ".pftrace", "chrome-json": ".json"}
 
 
-def export_run(tl, out, fmt: str = "perfetto", progress=None) -> dict:
-    """Write the run behind Timeline ``tl`` to path ``out``; returns what was written."""
+def export_run(tl, out, fmt: str = "perfetto", progress=None, select=None) -> dict:
+    """Write the run behind Timeline ``tl`` to path ``out``; returns what was written.
+    ``select``: window.Selection, the part of the run to write (None: all of it)."""
     if fmt not in FORMATS:
         raise ClockalignError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     from .pipeline import export
@@ -32,7 +34,7 @@ def export_run(tl, out, fmt: str = "perfetto", progress=None) -> dict:
     tmp = f"{out}.partial"
     try:
         with open_private(tmp, "wb") as f:        # 0600, the sudo user's: like the run file
-            stats = export(tl, Writer(f), progress=progress)
+            stats = export(tl, Writer(f), progress=progress, select=select)
         os.replace(tmp, out)
     except OSError as e:
         raise ClockalignError(f"cannot write {out}: {e.strerror or e}") from None

@@ -49,8 +49,9 @@ for _k, _s in KINDS.items():
 class TraceModel:
     """Turns a Timeline into batches of rows, and keeps the tracks and strings they use."""
 
-    def __init__(self, tl, batch_rows: int = BATCH_ROWS):
+    def __init__(self, tl, batch_rows: int = BATCH_ROWS, select=None):
         self.tl = tl
+        self.select = select          # export/window.Selection, or None: every event
         self.batch_rows = batch_rows
         processes = {}
         for t in (tl.meta or {}).get("targets", []) or []:
@@ -138,6 +139,8 @@ class TraceModel:
     def _raw_batches(self):
         buf, n = [], 0
         for ev in self.tl.iter_events():
+            if self.select is not None:
+                ev = ev[self.select.events(ev)]
             if len(ev) == 0:
                 continue
             buf.append(ev)

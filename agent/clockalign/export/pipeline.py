@@ -1,6 +1,11 @@
 """The export driver: one run through a format's writer, the same steps for every format.
 
     stats = export(tl, PerfettoWriter(f))           # or JsonWriter(f) (chrome_json.py)
+    stats = export(tl, JsonWriter(f), select=Selection.parse(tl, "12.5", "14"))  # part of it
+
+``select`` (export/window.py) picks a window, pids and kinds, here once for every format:
+events as they stream, counters, GPU activity, faults and clock bands.  The clock snapshot
+and the descriptors of the tracks written are always there, so a part opens like the whole.
 
 export() builds the TraceModel, finds the faults and the GPU launch flows, then calls the
 writer in this order; a writer is a class with these methods:
@@ -68,29 +73,37 @@ def stream(model, writer, progress=None, workers: int = None):
                 fut.cancel()
 
 
-def export(tl, writer, progress=None, batch_rows: int = None) -> dict:
-    """Write the run behind Timeline ``tl`` through ``writer``; returns what was written."""
+def export(tl, writer, progress=None, batch_rows: int = None, select=None) -> dict:
+    """Write the run behind Timeline ``tl`` (the part ``select`` picks, if given) through
+    ``writer``; returns what was written."""
     import numpy as np
 
     from .clocks import clock_snapshot, gpu_clock_bands
     from .gpu_tracks import LaunchFlows
     from .model import TraceModel
-    model = TraceModel(tl, **({"batch_rows": batch_rows} if batch_rows else {}))
-    faults = tl.faults()
+    if select is not None and select.everything:
+        select = None
+    model = TraceModel(tl, select=select, **({"batch_rows": batch_rows} if batch_rows else {}))
+    faults = tl.faults() if select is None else select.faults(tl.faults())
     model.set_chains(faults)
     acts = tl.gpu_activity()
+    if select is not None and len(acts):
+        acts = select.gpu_activity(acts)
     if len(acts):
         model.gpu_flows = LaunchFlows(acts)
     snap = clock_snapshot(tl)
     writer.begin(model, tl, snap)
     stream(model, writer, progress)
-    cnt = tl.counters()
+    cnt = tl.counters() if select is None else select.counters(tl.counters())
     if cnt is not None and len(cnt):
         writer.counters(cnt)
     if writer.CLOCK_BANDS:
         for name, (t, u) in gpu_clock_bands(tl).items():
+            if select is not None:
+                t, u = select.band(t, u)
             writer.clock_band(int(name[3:]), t, u)
-    writer.faults(faults, model.unmatched_steps())
+    steps = model.unmatched_steps()
+    writer.faults(faults, steps if select is None else select.steps(faults, steps))
     gpu_n = writer.gpu_activity(acts, model.gpu_flows) if len(acts) else 0
     writer.end(tl, snap)
     return {"events": dict(model.counts), **writer.stats(), "bytes": writer.bytes,
