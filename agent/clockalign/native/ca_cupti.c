@@ -109,6 +109,17 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A record of kind stamped now (MONOTONIC) holding value; the rest zero. */
+static struct ca_gpu_rec mark_now(uint16_t kind, uint64_t value)
+{
+    struct ca_gpu_rec o;
+    memset(&o, 0, sizeof(o));
+    o.kind = kind;
+    o.start = mono_ns();
+    o.value = value;
+    return o;
+}
+
 static int live;                       /* loaded by ca_cupti_attach, not by CUDA */
 __attribute__((visibility("default"))) struct ca_live ca_cupti_live;
 
@@ -329,11 +340,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
     }
     size_t dropped = 0;
     if (cu.ActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS && dropped) {
-        struct ca_gpu_rec o;
-        memset(&o, 0, sizeof(o));
-        o.kind = CA_GK_DROPPED;
-        o.start = mono_ns();
-        o.value = dropped;
+        struct ca_gpu_rec o = mark_now(CA_GK_DROPPED, dropped);
         o.stream = stream_id;
         put_locked(&o);
     }
@@ -466,11 +473,7 @@ static uint32_t apply_mode(uint32_t want)
                 cu.EnableCallback(on, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
         mode_now ^= CA_MODE_API;
     }
-    struct ca_gpu_rec o;
-    memset(&o, 0, sizeof(o));
-    o.kind = CA_GK_MODE;
-    o.start = mono_ns();
-    o.value = mode_now;
+    struct ca_gpu_rec o = mark_now(CA_GK_MODE, mode_now);
     o.aux = want;
     put(&o);
     return mode_now;
