@@ -94,8 +94,8 @@ def main():
 def render_md(doc) -> str:
     m = doc["machine"]
     out = ["# Export of a window vs the whole run", "",
-           f"`{doc['command']}` on {doc['date']} ({doc['elapsed_s']} s in all): one synthetic "
-           f"run of {doc['n']:,} events ({doc['run_mb']} MB run file, "
+           f"Command: `{doc['command']}` on {doc['date']} ({doc['elapsed_s']} s in all): "
+           f"one synthetic run of {doc['n']:,} events ({doc['run_mb']} MB run file, "
            f"{doc['span_ns'] / 1e9:.1f} s; "
            "tests/synthetic.make_run: CUDA calls, off-CPU intervals, connect(), thread events, an "
            "Xid and an OOM chain, GPU counters) exported whole and as a window of "

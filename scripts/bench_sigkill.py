@@ -129,8 +129,8 @@ def main():
         return v[len(v) // 2], v[0], v[-1]
     m = res["machine"]
     lines = ["# What a SIGKILL of the recorder loses", "",
-             f"`{res['command']}` on {m.get('hostname')} ({m.get('cpu', '?')}, {m.get('cpus')} "
-             f"CPUs, kernel {m.get('kernel')}), {res['date']}; load average "
+             f"Command: `{res['command']}` on {m.get('hostname')} ({m.get('cpu', '?')}, "
+             f"{m.get('cpus')} CPUs, kernel {m.get('kernel')}), {res['date']}; load average "
              f"{res['loadavg_start'][0]:.2f} at the start, {res['loadavg_end'][0]:.2f} at the "
              "end. Raw rounds: sigkill.json.", "",
              f"Storm: 1 thread, {' or '.join(map(str, rates))} cuLaunchKernel/s of the stand-in "

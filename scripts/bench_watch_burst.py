@@ -153,7 +153,7 @@ def main():
     rss = [r["rss_kb"] for r in runs]
     lines = [
         "# watch /metrics under scrape bursts", "",
-        f"`{res['command']}` on {res['machine']}, {res['date']}.", "",
+        f"Command: `{res['command']}` on {res['machine']}, {res['date']}.", "",
         f"{a.bursts} bursts of {a.scrapes} concurrent scrapes (one connection each) of a real "
         f"Aggregator, with {a.idle} idle clients connected throughout; the server "
         "(watch/server.py) in its own process, its RSS/threads/descriptors from /proc "
