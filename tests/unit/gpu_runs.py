@@ -71,7 +71,9 @@ def _ev(kind, t, dur, pid, tid, code=0, ret=0, a=()):
     return e
 
 
-def make_gpu_run(path, rounds=40, per_round=4, through_wire=True):
+def make_gpu_run(path, rounds=40, per_round=4, through_wire=True, entry_only=False):
+    """entry_only: launches and memsets recorded at their entry only (--cuda-returns
+    blocking: Kind.CUDA_ENTRY, no duration)."""
     rng = np.random.default_rng(23)
     evs, recs, truth_k, gaps = [], [], [], []
     recs.append(_rec(GpuKind.INFO, pid=PID, value=130001, aux=0, flags=1, start=MONO0))
@@ -97,7 +99,8 @@ def make_gpu_run(path, rounds=40, per_round=4, through_wire=True):
         for j in range(per_round + 1):
             corr += 1
             is_memset = j == per_round
-            evs.append(_ev(Kind.CUDA, t, LAUNCH_NS, PID, TID,
+            evs.append(_ev(Kind.CUDA_ENTRY if entry_only else Kind.CUDA, t,
+                           0 if entry_only else LAUNCH_NS, PID, TID,
                            code=memset if is_memset else launch,
                            a=(0x7000, 1 | 1 << 32 | 1 << 48, 1 | 1 << 32 | 1 << 48)))
             recs.append(_rec(GpuKind.API, pid=PID, tid=TID, corr=corr, start=t + 1_000,

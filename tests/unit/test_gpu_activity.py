@@ -292,3 +292,21 @@ def test_graph_kernels_are_grouped_into_their_replays():
     assert (got[9]["replays"], got[9]["nodes"], got[9]["kernels"]) == (1, 3, 3)
     assert got[5]["total_ns"] == 30 and got[9]["total_ns"] == 15
     assert got[5]["span_max_ns"] == 15 and got[9]["span_max_ns"] == 25   # first start..last end
+
+
+def test_launches_seen_at_entry_only_are_joined_too(tmp_path):
+    """--cuda-returns blocking: launches are CUDA_ENTRY records (no return).  Each kernel
+    is still joined to its BPF launch, at the entry's stamp; the call's end stays CUPTI's
+    callback end, since its return was not probed."""
+    truth = g.make_gpu_run(tmp_path / "entry.ca", entry_only=True)
+    acts = Timeline.open(tmp_path / "entry.ca").gpu_activity()
+    r = acts.rows[acts.rows["pid"] == g.PID]
+    assert acts.stats["joined_bpf"] == 200
+    assert (r["launch_src"] == LAUNCH_BPF).all() and (r["launch_tid"] == g.TID).all()
+    ev = truth["events"]
+    entries = np.sort(ev[ev["kind"] == Kind.CUDA_ENTRY]["ts"].astype(np.int64))
+    r = r[np.argsort(r["corr"])]
+    assert (r["launch_t_ns"] == entries).all()
+    assert (r["launch_end_ns"] == entries + g.LAUNCH_NS - 1_000).all()   # CUPTI's end
+    names = {acts.launch_function(x) for x in r}
+    assert names == {"cuLaunchKernel", "cuMemsetD8Async"}

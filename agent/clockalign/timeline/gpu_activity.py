@@ -147,7 +147,9 @@ def _join_api(rows, api, stats):
 
 def _join_bpf(tids, t0, t1, cuda):
     """Index into ``cuda`` of the call of thread tids[i] whose [ts, ts+dur] holds
-    [t0[i], t1[i]] (the latest such entry), or -1."""
+    [t0[i], t1[i]] (the latest such entry), or -1.  A call seen at its entry only (dur -1)
+    holds what follows its entry: a thread's calls into the driver are sequential, so the
+    latest entry before a callback is the call it ran in."""
     out = np.full(len(tids), -1, dtype=np.int64)
     if not len(cuda) or not len(tids):
         return out
@@ -158,7 +160,8 @@ def _join_bpf(tids, t0, t1, cuda):
             continue
         c = c[np.argsort(cuda["t_ns"][c], kind="stable")]
         ts = cuda["t_ns"][c]
-        end = ts + np.maximum(cuda["dur_ns"][c], 0)
+        dur = cuda["dur_ns"][c]
+        end = np.where(dur < 0, np.iinfo(np.int64).max, ts + np.maximum(dur, 0))
         for mb in _blocks(m):
             j = np.searchsorted(ts, t0[mb], side="right") - 1
             ok = j >= 0
@@ -303,7 +306,9 @@ def load(tl) -> GpuActivity:
                         rows["launch_end_ns"][has], cuda)
     hb = bi >= 0
     rows["launch_t_ns"][hb] = cuda["t_ns"][bi[hb]]
-    rows["launch_end_ns"][hb] = cuda["t_ns"][bi[hb]] + cuda["dur_ns"][bi[hb]]
+    known = np.zeros(len(rows), dtype=bool)          # the return probed: its end
+    known[hb] = cuda["dur_ns"][bi[hb]] >= 0
+    rows["launch_end_ns"][known] = cuda["t_ns"][bi[known]] + cuda["dur_ns"][bi[known]]
     rows["launch_src"][hb] = LAUNCH_BPF
     stats["joined_bpf"] = int(hb.sum())
     if has.any() and len(cuda) and not hb[has].all():
@@ -327,13 +332,15 @@ CALL_DTYPE = np.dtype([("t_ns", "<i8"), ("dur_ns", "<i8"), ("tid", "<u4"), ("cod
 def cuda_calls(tl) -> np.ndarray:
     """The run's CUDA calls, only the fields the join needs (CALL_DTYPE, 22 bytes a call
     instead of a whole event's 136), filled a chunk at a time into one array sized by the
-    chunks' row counts (np.zeros: the pages left unfilled are never mapped)."""
+    chunks' row counts (np.zeros: the pages left unfilled are never mapped).  A call seen at
+    its entry only (--cuda-returns blocking) has dur_ns -1: its return is unknown."""
     out = np.zeros(tl.reader.count_rows(Chunk.EVENTS), dtype=CALL_DTYPE)
     at = 0
-    for ev in tl.iter_events(kinds=[Kind.CUDA]):
+    for ev in tl.iter_events(kinds=[Kind.CUDA, Kind.CUDA_ENTRY]):
         dst = out[at:at + len(ev)]
         for f in CALL_DTYPE.names:
             dst[f] = ev[f]
+        dst["dur_ns"][ev["kind"] == Kind.CUDA_ENTRY] = -1
         at += len(ev)
     return out[:at]
 
