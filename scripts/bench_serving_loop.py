@@ -271,7 +271,7 @@ def summarize(xs):
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
-def per_round(windows, cfg, ref, key="rate"):
+def vs_neighbours(windows, cfg, ref, key="rate"):
     """Each cfg window's value over the mean of the ref windows just before and just after
     it in time (the loop's rate drifts; neighbours cancel the drift)."""
     refs = sorted((w["t0"], w[key]) for w in windows if w["config"] == ref and w.get(key))
@@ -541,8 +541,8 @@ def render(res) -> str:
         cpt = summarize([x.get("calls_per_token") for x in w if x.get("calls_per_token")])
         for c in at["configs"]:
             s = summarize([x["rate"] for x in w if x["config"] == c])
-            r = per_round(w, c, "plain") if c != "plain" else None
-            cpu = per_round(w, c, "plain", "cpu_ns_per_token") if c != "plain" else None
+            r = vs_neighbours(w, c, "plain") if c != "plain" else None
+            cpu = vs_neighbours(w, c, "plain", "cpu_ns_per_token") if c != "plain" else None
             mine = summarize([x.get("calls_per_token") for x in w if x["config"] == c])
             added = ""
             if r and cpt and plain and c != "plain":
@@ -579,10 +579,10 @@ def render(res) -> str:
     if ac and ac.get("windows"):
         w = ac["windows"]
         L += ["", "## GPU activity (spawn mode, CUPTI switched between windows)", "",
-              "| mode | bits | tokens/s median (min-max) | per round ÷ off |", "|---|---|---|---|"]
+              "| mode | bits | tokens/s median (min-max) | ÷ neighbouring off, median (min-max) |", "|---|---|---|---|"]
         for m, bits in ac["modes"].items():
             s = summarize([x["rate"] for x in w if x["config"] == m])
-            r = per_round(w, m, "off") if m != "off" else None
+            r = vs_neighbours(w, m, "off") if m != "off" else None
             L.append(f"| {m} | {bits} | " + (f"{s['median']:.1f} ({s['min']:.1f}-{s['max']:.1f})"
                                             if s else "-") + " | "
                      + (f"{r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f})" if r else "1") + " |")

@@ -26,7 +26,7 @@ class CudaDuty:
         if not period_s >= 0.1:
             raise ClockalignError(f"--cuda-duty-period must be at least 0.1 s (got {period_s})")
         self.share, self.period_ns = share, int(period_s * 1e9)
-        self.t0 = None
+        self._next = None           # MONOTONIC ns of the next switch; None before start()
         self.windows = []           # [start_ns, end_ns] MONOTONIC of each armed window
         self.armed_from = None
 
@@ -37,13 +37,12 @@ class CudaDuty:
     def start(self):
         """The probes are being armed: the first window opens."""
         self.armed_from = _now()
-        self.t0 = self.armed_from
         self._next = self.armed_from + int(self.share * self.period_ns)
 
     def tick(self, probes):
         """Detach or re-arm the CUDA links when the current half is over (called every
         ~50 ms; a late call makes that half longer, never the next one shorter)."""
-        if not self.active or self.t0 is None:
+        if not self.active or self._next is None:
             return
         now = _now()
         if now < self._next:
