@@ -69,7 +69,11 @@ def _onnx_model() -> bytes:
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 256])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 256])],
                           [w])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    # IR version 8 (what opset 17 needs): the onnx package's default follows its own release
+    # and may be newer than the installed onnxruntime reads (the H200's onnx wrote 14, its
+    # onnxruntime 1.30 reads up to 13)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=8).SerializeToString()
 
 
 def ort(steps=200):
