@@ -11,9 +11,10 @@
 #                                           #     (= the 5-minute alignment rerun under load),
 #                                           # (d) ResNet-18 cost, probe cost
 # Needs root, the offline bundle (scripts/make_bundle.sh) at .bundle/ or ../.bundle/, and
-# python3 with torch, torchvision and cuda-bindings; results/gpu-activity.md is made from OUTDIR
-# by scripts/gpu_activity_results.py.  KEEP_DIR=DIR copies each small result there as soon as it
-# is made (a device run returns few files).
+# python3 with torch, torchvision and cuda-bindings; results/gpu-activity.md is written from
+# OUTDIR's check-*.json (scripts/gpu/activity_check.py) and cost.json (there is no script for
+# it).  KEEP_DIR=DIR copies each small result there as soon as it is made (a device run returns
+# few files).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 stage=$1

@@ -4,7 +4,7 @@
 #   scripts/gpu/multi.sh OUTDIR
 # Writes OUTDIR/multi.ca (and .xz), the ranks' records OUTDIR/ranks/rank<r>.json, align
 # (text + json), the report (per-GPU alignment, the GPUs' skew against each other,
-# counters per device), the Perfetto trace, and OUTDIR/multi-gpu.md (scripts/
+# counters per device), the Perfetto trace, and OUTDIR/multi-gpu.md (scripts/gpu/
 # multi_results.py: the tables above and each all-reduce on both GPUs side by side, from
 # the ranks' %globaltimer stamps and from CUPTI's NCCL kernel records, --gpu-activity);
 # copy that to results/multi-gpu.md.  NVLink multicast stays off (the lent machines ask it).
