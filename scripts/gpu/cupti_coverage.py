@@ -598,7 +598,7 @@ def main(argv=None):
     ap.add_argument("--clockalign", default="clockalign", help="clockalign command")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--timeout", type=float, default=300)
-    ap.add_argument("--entrypoints", help="scripts/gpu/cuda_entrypoints.py JSON of the same workload "
+    ap.add_argument("--entrypoints", help="cuda_entrypoints.py JSON of the same workload "
                     "(default: OUT/../entrypoints.json when it exists)")
     ap.add_argument("workload_args", nargs=argparse.REMAINDER,
                     help="-- extra arguments for scripts/workloads/coverage_window.py")

@@ -1,8 +1,9 @@
 """A torch bf16 matmul loop on one GPU, the load the probe-cost measurements run beside.
 
-As its own process (scripts/bench/clock_probe_cost.py starts it by this file's path): C = A @ B, N x N,
-synchronised every BATCH matmuls, each batch logged as "MONOTONIC_ns matmuls_done" to LOG;
-prints "ready" once warm and a JSON summary at the end; stops on SIGTERM or after SECONDS.
+As its own process (scripts/bench/clock_probe_cost.py starts it by this file's path):
+C = A @ B, N x N, synchronised every BATCH matmuls, each batch logged as "MONOTONIC_ns
+matmuls_done" to LOG; prints "ready" once warm and a JSON summary at the end; stops on
+SIGTERM or after SECONDS.
 
     python3 scripts/workloads/matmul_loop.py DEV SECONDS LOG N BATCH
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Kernels that stamp their own %globaltimer, for checking GPU activity timestamps.
 
-Each ``ca_selfstamp`` kernel (scripts/workloads/selfstamp.py; one thread) reads %globaltimer as it starts, spins for
+Each ``ca_selfstamp`` kernel (selfstamp.py; one thread) reads %globaltimer as it starts, spins for
 --spin-ns, reads it again and stores both in stamps[i].  Rounds of --per-sync launches on
 one stream, a cuMemsetD8Async, then cuStreamSynchronize; every --gap-every rounds a pause
 of up to --gap-ms (idle GPU time with the launching thread blocked in sleep).  At the end
