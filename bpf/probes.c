@@ -15,9 +15,9 @@
  * drop); the CUDA return, the hot path, fills its slot directly.  With CA_PERF_BUFFERS
  * (CLOCKALIGN_BUFFERS=perf) submit() sends to per-CPU perf buffers instead
  * (capture/perfbuf.py), the transport before: on the H200 the CUDA probes took 259-403 ns of
- * BPF time a call with it, 188-192 with the rings (scripts/bench_probe_cost.py,
+ * BPF time a call with it, 188-192 with the rings (scripts/bench/probe_cost.py,
  * results/overhead.md, runs h200-12 and h200-13).
- * Every piece of the CUDA path was measured (scripts/bench_probe_cost.py): the pairing
+ * Every piece of the CUDA path was measured (scripts/bench/probe_cost.py): the pairing
  * state is a per-thread array slot, not a hash map, and the launch's stack arguments are
  * read in one copy, not three.
  *
@@ -166,7 +166,7 @@ BPF_F_TABLE("array", u32, struct ca_slot, inflight, CA_CALL_SLOTS, BPF_F_MMAPABL
 
 /* CA_REGS_ONLY (record --cuda-args registers): no user-memory reads in the CUDA probes —
  * stack arguments, struct fields, out-parameters and strings read as 0 — for the cost of
- * a bpf_probe_read_user per call (scripts/bench_probe_cost.py measures both) */
+ * a bpf_probe_read_user per call (scripts/bench/probe_cost.py measures both) */
 #ifdef CA_REGS_ONLY
 #define CUDA_READ(dst, size, src) ((void)0)
 #define CUDA_READ_STR(dst, size, src) ((void)0)

@@ -25,12 +25,9 @@ import threading
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parent.parent / "agent"))
-import bench_probe_cost as bpc  # noqa: E402
-from clockalign.capture.recorder import Recorder, RecordOptions  # noqa: E402
-from clockalign.store.schema import Chunk  # noqa: E402
+import probe_cost as bpc   # scripts/bench/
+from clockalign.capture.recorder import Recorder, RecordOptions
+from clockalign.store.schema import Chunk
 
 
 class StallSink:

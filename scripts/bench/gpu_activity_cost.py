@@ -7,7 +7,7 @@ One fresh process per configuration and round (CUPTI can only be injected at sta
   clockalign     clockalign record -- python3 LOOP               (BPF probes, clock probe)
   +gpu-activity  clockalign record --gpu-activity -- python3 LOOP (+ CUPTI, raw timestamps)
   torch.profiler python3 LOOP --profiler  (torch.profiler, CPU + CUDA activities, in-loop)
-LOOP is clockalign/workloads/resnet_loop.py --throughput: the model of resnet_loop.py (fp16,
+LOOP is scripts/workloads/resnet_loop.py --throughput: the model of resnet_loop.py (fp16,
 batch 1, eager, inference_mode, a synchronize every 10 iterations); throughput is counted
 over --seconds after 50 warm-up iterations; configurations are interleaved round by round.
 
@@ -20,14 +20,14 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "agent"))
-from clockalign.workloads import resnet_loop  # noqa: E402
+LOOP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workloads",
+                    "resnet_loop.py")
 
 CONFIGS = ["plain", "clockalign", "+gpu-activity", "torch.profiler"]
 
 
 def run_one(cfg, seconds, tmp):
-    child = [sys.executable, resnet_loop.__file__, "--seconds", str(seconds), "--throughput"] + (
+    child = [sys.executable, LOOP, "--seconds", str(seconds), "--throughput"] + (
         ["--profiler"] if cfg == "torch.profiler" else [])
     if cfg in ("clockalign", "+gpu-activity"):
         run = os.path.join(tmp, f"{cfg.strip('+')}.ca")

@@ -25,10 +25,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "agent"))
-from clockalign.align import fit_sandwiches  # noqa: E402
-from clockalign.align.stats import pct  # noqa: E402
-from clockalign.capture.gpuclock import METHOD_PINGPONG, GpuClock  # noqa: E402
+from clockalign.align import fit_sandwiches
+from clockalign.align.stats import pct
+from clockalign.capture.gpuclock import METHOD_PINGPONG, GpuClock
 
 LOAD = """
 import torch, time

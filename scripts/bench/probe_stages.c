@@ -1,4 +1,4 @@
-/* clockalign's CUDA probe path, rebuilt one piece at a time, for scripts/bench_probe_cost.py.
+/* clockalign's CUDA probe path, rebuilt one piece at a time, for scripts/bench/probe_cost.py.
  * Attached to cuLaunchKernel of the stand-in libcuda; STAGE (a -D cflag) says how much runs:
  *   0  entry uprobe only, empty            1  entry + return, both empty
  *   2  + target-tgid filter (hash lookup)  3  + bpf_ktime_get_ns at entry and return

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The recorder's CPU with the C buffer reader against the Python one, interleaved:
 # ROUNDS rounds, each mode in turn (order flipped every round), one paced storm thread of
-# RATE calls/s for SECONDS, through scripts/bench_probe_cost.py --parts storm.
+# RATE calls/s for SECONDS, through scripts/bench/probe_cost.py --parts storm.
 #   sudo PY=.venv/bin/python scripts/bench/reader_cpu.sh ROUNDS RATE SECONDS OUTDIR
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,7 +11,7 @@ mkdir -p "$out"
 for r in $(seq 1 "$rounds"); do
     if [ $((r % 2)) -eq 1 ]; then order="native python"; else order="python native"; fi
     for m in $order; do
-        CLOCKALIGN_DRAIN=$m "$PY" scripts/bench_probe_cost.py --parts storm --storm-threads "" \
+        CLOCKALIGN_DRAIN=$m "$PY" scripts/bench/probe_cost.py --parts storm --storm-threads "" \
             --paced "1x${rate}x${secs}" --out "$out/$m-$r" > "$out/$m-$r.txt" 2>&1
         rm -f "$out/$m-$r/overhead.png"
         echo "round $r $m: $(grep -E '^\| 1 ' "$out/$m-$r/overhead.md")"

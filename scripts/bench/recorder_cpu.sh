@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Recorder CPU per event, native batch helper against the numpy path, interleaved rounds:
 #   scripts/bench/recorder_cpu.sh ROUNDS THREADS SECONDS OUTDIR
-# Each round runs one storm (scripts/bench_probe_cost.py --parts storm) per path; the json
+# Each round runs one storm (scripts/bench/probe_cost.py --parts storm) per path; the json
 # files keep each run's recorder CPU time, events recorded and drops.
 set -u
 cd "$(dirname "$0")/../.."
@@ -11,7 +11,7 @@ mkdir -p "$O"
 for r in $(seq 1 "$R"); do
     order="native numpy"; [ $((r % 2)) -eq 0 ] && order="numpy native"   # rotate
     for path in $order; do
-        env $( [ $path = numpy ] && echo CLOCKALIGN_NO_NATIVE=1 ) "$PY" scripts/bench_probe_cost.py \
+        env $( [ $path = numpy ] && echo CLOCKALIGN_NO_NATIVE=1 ) "$PY" scripts/bench/probe_cost.py \
             --parts storm --storm-threads "$T" --storm-seconds "$S" --out "$O/$path-$r" \
             > "$O/$path-$r.txt" 2>&1
     done

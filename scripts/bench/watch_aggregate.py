@@ -20,10 +20,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "agent"))
-from clockalign.store import cuda_api  # noqa: E402
-from clockalign.store.schema import EVENT_DTYPE, Chunk, Kind  # noqa: E402
-from clockalign.watch import aggregate  # noqa: E402
+from clockalign.store import cuda_api
+from clockalign.store.schema import EVENT_DTYPE, Chunk, Kind
+from clockalign.watch import aggregate
 
 
 def batch(n):

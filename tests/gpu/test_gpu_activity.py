@@ -1,5 +1,5 @@
 """record --gpu-activity on a real GPU (root, BPF, CUPTI): the self-stamping kernels of
-scripts/gpu_stamp_workload.py, their raw CUPTI times against their own %globaltimer, and
+scripts/workloads/stamp_kernels.py, their raw CUPTI times against their own %globaltimer, and
 every mapped kernel inside [launch entry, return of the sync that waited for it].
 Skipped with the reason where there is no GPU (conftest), no root or no CUPTI."""
 import json
@@ -36,11 +36,11 @@ def test_stamp_kernels_raw_times_and_containment(tmp_path):
     run, stamps, out = tmp_path / "raw.ca", tmp_path / "st.npz", tmp_path / "check.json"
     p = subprocess.run([sys.executable, "-m", "clockalign.cli.main", "record", "--gpu-activity",
                         "--quiet", "-o", str(run), "--gpu-clock-period", "0.25", "--",
-                        sys.executable, str(ROOT / "scripts/gpu_stamp_workload.py"),
+                        sys.executable, str(ROOT / "scripts/workloads/stamp_kernels.py"),
                         "--seconds", "3", "--out", str(stamps)],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
-    c = subprocess.run([sys.executable, str(ROOT / "scripts/gpu_activity_check.py"), "--run",
+    c = subprocess.run([sys.executable, str(ROOT / "scripts/gpu/activity_check.py"), "--run",
                         str(run), "--stamps", str(stamps), "--out", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert c.returncode == 0, c.stderr

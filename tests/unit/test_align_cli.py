@@ -86,6 +86,29 @@ def test_align_run_file_json_and_map(run_file, gpu_draw, capsys):
     assert code != 0 and "--map needs --domain" in err
 
 
+def test_write_pairs_round_trips_through_pairs(run_file, tmp_path, capsys):
+    """--write-pairs writes each domain's sandwiches (GPUs first, with their probe method),
+    and --pairs on a written file fits what the run file's own fit found."""
+    out_dir = tmp_path / "pairs"
+    code, out, err = _run(["align", str(run_file), "--json", "--write-pairs", str(out_dir)],
+                          capsys)
+    assert code == 0
+    whole = json.loads(out)
+    names = [line.split(":")[0] for line in err.splitlines()]
+    assert names == [str(out_dir / "gpu0_sandwiches.csv"),
+                     str(out_dir / "cpu_REALTIME_sandwiches.csv"),
+                     str(out_dir / "cpu_BOOTTIME_sandwiches.csv")]
+    gpu = (out_dir / "gpu0_sandwiches.csv").read_text().splitlines()
+    assert gpu[0] == "t0_ns,remote_ns,t1_ns,method" and len(gpu) - 1 == int(err.split()[1])
+    assert {line.rsplit(",", 1)[1] for line in gpu[1:]} == {"1", "2"}
+    code, out, _ = _run(["align", "--pairs", str(out_dir / "gpu0_sandwiches.csv"), "--tick",
+                         "32", "--json"], capsys)
+    assert code == 0
+    alone = json.loads(out)
+    for key in ("skew_ppm", "offset_ns", "halfwidth_ns", "samples_total"):
+        assert alone[key] == whole["GPU0"][key], key
+
+
 @pytest.fixture
 def pairs_csv(tmp_path):
     d = synthetic(23, tick=32, step_ns=-3_000_000, step_at_s=14.2)
@@ -147,6 +170,7 @@ def test_pairs_bad_input_is_one_sentence(tmp_path, capsys, content, sentence):
     (["align", "x.ca", "--pairs", "p.csv"], "give either a run FILE or --pairs"),
     (["align", "/nonexistent/run.ca"], "does not exist"),
     (["align", "--pairs", "p.csv", "--window", "0"], "--window must be a positive"),
+    (["align", "--pairs", "p.csv", "--write-pairs", "d"], "it takes no --pairs"),
 ])
 def test_align_usage_errors(capsys, argv, sentence):
     code, _, err = _run(argv, capsys)

@@ -1,6 +1,6 @@
 """NVML decoding on real answers captured from a GPU host (tests/data/nvml/).
 
-The files come from scripts/capture_nvml_testdata.py run on the H200 test host; they are
+The files come from scripts/data/capture_nvml.py run on the H200 test host; they are
 the raw records NvmlReader produced there, replayed here through the recorder's own
 decoder, problem policy and sampler.  CLOCKALIGN_NVML_TESTDATA points at another folder.
 """
@@ -28,7 +28,7 @@ CAPTURE = DATA / "nvml_capture.json"
 pytestmark = pytest.mark.skipif(
     not CAPTURE.is_file(),
     reason="no NVML capture committed under tests/data/nvml (run "
-           "scripts/capture_nvml_testdata.py on a GPU host)")
+           "scripts/data/capture_nvml.py on a GPU host)")
 
 # What a healthy datacenter GPU can report (stored units).
 RANGES = {

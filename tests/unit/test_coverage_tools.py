@@ -1,4 +1,4 @@
-"""The pure parts of scripts/gpu_coverage.py and scripts/gpu_cuda_entrypoints.py: family
+"""The pure parts of scripts/gpu/cupti_coverage.py and scripts/gpu/cuda_entrypoints.py: family
 mapping, window counting from clockalign's dump and from a torch.profiler chrome trace, the
 comparison, the ELF symbol listing and IP -> symbol resolution.  No root, no GPU."""
 import json
@@ -10,10 +10,11 @@ import sys
 import pytest
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "..", "scripts")
-sys.path.insert(0, os.path.abspath(SCRIPTS))
+sys.path.insert(0, os.path.abspath(os.path.join(SCRIPTS, "gpu")))
+sys.path.insert(0, os.path.abspath(os.path.join(SCRIPTS, "workloads")))
 
-import gpu_coverage as gc            # noqa: E402
-import gpu_cuda_entrypoints as ge    # noqa: E402
+import cuda_entrypoints as ge    # noqa: E402
+import cupti_coverage as gc      # noqa: E402
 
 
 # ------------------------------------------------------------------ families
@@ -433,6 +434,6 @@ def test_table():
 
 
 def test_workload_imports_without_torch():
-    import gpu_coverage_workload as w
+    import coverage_window as w
     assert [p[0] for p in w.PARTS][:3] == ["eager", "cublas", "cudnn"]
     assert w.PTX.endswith(b"\0")

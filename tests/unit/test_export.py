@@ -547,7 +547,8 @@ def test_trace_processor_loads_the_trace(pftrace, kinds):
 
 def test_bench_script_runs(tmp_path):
     """The benchmark runs end to end on a small run (numbers are not judged here)."""
-    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "bench_export.py")
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "bench",
+                          "export.py")
     p = subprocess.run([sys.executable, script, "-n", "3000", "6000", "--duration", "2",
                         "--repeat", "1", "--results", str(tmp_path)],
                        capture_output=True, text=True, timeout=300)

@@ -154,13 +154,13 @@ def test_cli_window_in_seconds(tmp_path, capsys):
 
 
 def test_bench_script_runs(tmp_path):
-    """scripts/bench_export_window.py end to end on a small run: the window's share of the
+    """scripts/bench/export_window.py end to end on a small run: the window's share of the
     events is about its share of the span, and so is its share of the bytes."""
     import os
     import subprocess
     import sys
-    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts",
-                          "bench_export_window.py")
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "bench",
+                          "export_window.py")
     p = subprocess.run([sys.executable, script, "-n", "40000", "--repeat", "1",
                         "--out", str(tmp_path / "w")], capture_output=True, text=True,
                        timeout=300)

@@ -3,7 +3,7 @@
 Two parts.  (1) Two synthetic GPU domains with different skews, one with a clock step, in
 one run file: each is fitted on its own, the step is found where it is, and the two
 timers are compared against each other.  (2) A fake two-device host built from the real
-NVML capture of tests/data/nvml (one H200, recorded by scripts/capture_nvml_testdata.py):
+NVML capture of tests/data/nvml (one H200, recorded by scripts/data/capture_nvml.py):
 its records are replayed as two devices whose NVML indices run in the other order from
 the CUDA ordinals (NVML 0 = bus 18 = CUDA 1), through the recorder's own device table,
 clock-probe thread (with a synthetic %globaltimer per CUDA ordinal in place of a GPU),
@@ -361,15 +361,15 @@ def test_one_name_per_device_end_to_end(two_gpu_run, tmp_path, capsys):
 def _results_script():
     import importlib.util
     spec = importlib.util.spec_from_file_location(
-        "multi_gpu_results", Path(__file__).resolve().parents[2] / "scripts" /
-        "multi_gpu_results.py")
+        "multi_results", Path(__file__).resolve().parents[2] / "scripts" / "gpu" /
+        "multi_results.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
 def test_results_script_places_all_reduces_on_both_gpus(two_gpu_run, tmp_path):
-    """scripts/multi_gpu_results.py: stamps taken at known host instants on each GPU's own
+    """scripts/gpu/multi_results.py: stamps taken at known host instants on each GPU's own
     timer (GPU1 5 us after GPU0) come back 5 us apart within the stated uncertainty,
     although the two timers drift 65 ppm apart; a rank finds its GPU by bus id."""
     path, _ = two_gpu_run

@@ -1,5 +1,10 @@
-"""workloads/progress_log: the load loops' "MONOTONIC_ns done" log and the rate over a window."""
-from clockalign.workloads import progress_log
+"""scripts/workloads/progress_log.py: the load loops' "MONOTONIC_ns done" log and the rate over
+a window."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "workloads"))
+import progress_log  # noqa: E402
 
 
 def test_rate_over_a_window(tmp_path):

@@ -1,5 +1,5 @@
 """The whole chain on real recordings from the H200 host (tests/data/gpu-h200, made by
-scripts/gpu_session.sh): timeline, faults, alignment, report and Perfetto export."""
+scripts/gpu/session.sh): timeline, faults, alignment, report and Perfetto export."""
 import collections
 import os
 

@@ -1,5 +1,5 @@
 """The report's section builders and assemblers, on the synthetic faults run (its contents are
-written out in scripts/make_test_runs.py)."""
+written out in scripts/data/make_test_runs.py)."""
 import os
 
 import pytest

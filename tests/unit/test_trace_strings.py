@@ -40,7 +40,7 @@ def test_trace_strings_are_dump_fields(name, tmp_path):
     if name == "gpu-h200/faults.ca":
         # recorded before whole messages, the file kept 39 bytes of its Xid 31: the trace
         # shows all 39 (it interned 16), and dump says the message is not whole.  Once
-        # re-recorded (scripts/gpu_session.sh record) the message is whole and longer.
+        # re-recorded (scripts/gpu/session.sh record) the message is whole and longer.
         xid = [r for r in rows if r["kind"] == "xid"]
         assert len(xid) == 1 and xid[0]["msg"].startswith("channel 0x0000001e, intr 00000000.")
         assert (len(xid[0]["msg"]) == 39) != xid[0]["msg_whole"]

@@ -5,8 +5,10 @@
     s["GPU0"].t0, s["GPU0"].remote, s["GPU0"].t1, s["GPU0"].method   # int64 ns; method: GPUs
     recorded_ticks(reader)                      # {"GPU0": 32, ...} from CLOCK_INFO
     write_csv("gpu0_sandwiches.csv", s["GPU0"])  # t0_ns,remote_ns,t1_ns[,method]
+    write_pairs(s, "pairs/")                    # every domain: [(path, n)], GPUs first
 """
 import dataclasses
+import os
 
 import numpy as np
 
@@ -53,6 +55,23 @@ def recorded_ticks(reader) -> dict:
     """{domain name: tick ns} as CLOCK_INFO recorded them (0 where none was)."""
     return {row["domain"]: int(row.get("tick_ns") or 0)
             for row in reader.rows(Chunk.CLOCK_INFO) if isinstance(row, dict) and "domain" in row}
+
+
+def pairs_name(domain: str) -> str:
+    """gpu<N>_sandwiches.csv for GPU<N>, cpu_<DOMAIN>_sandwiches.csv for a CPU clock domain."""
+    return (domain.lower() if domain.startswith("GPU") else f"cpu_{domain}") + "_sandwiches.csv"
+
+
+def write_pairs(found: dict, outdir) -> list:
+    """Each domain of run_sandwiches' answer as outdir/pairs_name(domain), GPUs first:
+    [(path, sandwiches written)]."""
+    os.makedirs(outdir, exist_ok=True)
+    out = []
+    for name, s in sorted(found.items(), key=lambda kv: not kv[0].startswith("GPU")):
+        path = os.path.join(outdir, pairs_name(name))
+        write_csv(path, s)
+        out.append((path, len(s)))
+    return out
 
 
 def write_csv(path, s: Sandwiches):

@@ -5,7 +5,7 @@ one runs on the same CPU: it skips it and counts a recursion miss in the program
 statistics.  A target's sched_switch record skipped that way is an event lost without any
 buffer being full, so the recorder reads these counts at the stop (Probes.skipped_runs) and
 reports them beside the drops (not among them: most runs of the host-wide tracepoints are
-other processes', and a skip of one loses nothing).  The benchmark (scripts/bench_probe_cost.py) reads the run counts
+other processes', and a skip of one loses nothing).  The benchmark (scripts/bench/probe_cost.py) reads the run counts
 and times of every program of the system from here too.
 
 struct bpf_prog_info's offsets are those of include/uapi/linux/bpf.h (stable: fields are

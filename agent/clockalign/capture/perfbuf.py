@@ -5,7 +5,7 @@ a record through bpf_perf_event_output cost the CUDA return probe 68-161 ns more
 it in place into a slot ring on the H200 (results/overhead.md, runs h200-12 and h200-13).
 
 Why not the BPF ring buffer: on these 6.18 kernels `bpf_ringbuf_reserve` failed about once
-in 100k-400k records with ONE producer and the ring 3 % full (scripts/bench_probe_cost.py,
+in 100k-400k records with ONE producer and the ring 3 % full (scripts/bench/probe_cost.py,
 results/overhead/), so "no drops below the limit" cannot hold; its one lock is also shared
 by every CPU.  `bpf_perf_event_output` writes to the current CPU's own buffer without a
 lock and fails only when that buffer is full; a full buffer also leaves a PERF_RECORD_LOST

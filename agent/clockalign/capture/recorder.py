@@ -33,7 +33,7 @@ POLL_S = 0.05
 # The run file goes to the OS after every event batch (a batch gathers for at most POLL_S):
 # a SIGKILL of the recorder loses the last 14-63 ms of events, not the up to 308 ms a
 # 250 ms interval lost, at no measurable cost (about 15 more write() calls a second;
-# scripts/bench_sigkill.py, results/sigkill/sigkill.md).
+# scripts/bench/sigkill.py, results/sigkill/sigkill.md).
 FLUSH_S = 0.0
 STATUS_S = 1.0    # a STATUS row (event counts, drops so far) this often
 

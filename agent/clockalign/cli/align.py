@@ -13,6 +13,7 @@ EXAMPLES = """Examples:
   clockalign align run.ca                       every domain of a recording
   clockalign align run.ca --json                the same, machine-readable
   clockalign align run.ca --domain GPU0 --map 1732870000123456768
+  clockalign align run.ca --write-pairs pairs/  also each domain's sandwiches as CSV
   clockalign align --pairs pairs.csv --tick 32  any two clocks: t0_ns,remote_ns,t1_ns
   clockalign align --pairs pairs.csv --window 2 --map 1732870000123456768 --json
 """
@@ -22,6 +23,9 @@ EXAMPLES = """Examples:
 @click.argument("run_file", required=False, metavar="[FILE]")
 @click.option("--pairs", metavar="PAIRS.csv",
               help="Fit two clocks from a CSV with header t0_ns,remote_ns,t1_ns instead.")
+@click.option("--write-pairs", "pairs_dir", metavar="DIR",
+              help="Also write FILE's raw sandwiches to DIR, one CSV a domain "
+                   "(gpu0_sandwiches.csv, cpu_REALTIME_sandwiches.csv, ...): --pairs input.")
 @json_flag("Print the fit as JSON.")
 @click.option("--map", "stamps", multiple=True, metavar="T",
               help="Map remote timestamp T (ns) to host ns with its uncertainty; repeatable.")
@@ -30,7 +34,7 @@ EXAMPLES = """Examples:
               help="Segment length in seconds.")
 @click.option("--tick", type=int, default=None, metavar="NS",
               help="Remote clock resolution in ns (default: as recorded, or 0 for --pairs).")
-def command(run_file, pairs, as_json, stamps, domain, window, tick):
+def command(run_file, pairs, pairs_dir, as_json, stamps, domain, window, tick):
     """Fit every clock domain onto host MONOTONIC and report how well each is known.
 
     Each domain (REALTIME, BOOTTIME, MONOTONIC_RAW, GPU0, ...) is fitted piecewise from
@@ -51,6 +55,8 @@ def command(run_file, pairs, as_json, stamps, domain, window, tick):
         raise ClockalignError(f"--window must be a positive number of seconds, not {window}")
     if tick is not None and tick < 0:
         raise ClockalignError(f"--tick must not be negative, not {tick}")
+    if pairs_dir is not None and run_file is None:
+        raise ClockalignError("--write-pairs writes a run FILE's sandwiches; it takes no --pairs")
     window_ns = int(round(window * 1e9))
     reader = None
     if pairs is not None:
@@ -63,6 +69,8 @@ def command(run_file, pairs, as_json, stamps, domain, window, tick):
         if not os.path.exists(run_file):
             raise ClockalignError(f"{run_file} does not exist")
         reader = RunReader(run_file)
+        if pairs_dir is not None:
+            _write_pairs(reader, pairs_dir)
         models = fit_run(reader, window_ns=window_ns, tick_ns=tick)
         if not models and not models.failed:
             raise ClockalignError(f"{run_file} holds no clock sandwiches (no CPU_CLOCK or "
@@ -99,3 +107,15 @@ def command(run_file, pairs, as_json, stamps, domain, window, tick):
         click.echo(describe_fits(models, mapped, devices))
     if reader is not None and reader.truncated:
         raise TruncatedRun(f"{run_file} is {reader.truncated}; fitted what it holds")
+
+
+def _write_pairs(reader, pairs_dir):
+    """Each domain's sandwiches as CSV in pairs_dir, one line each on stderr."""
+    from ..align.sandwiches import run_sandwiches, write_pairs
+    try:
+        written = write_pairs(run_sandwiches(reader), pairs_dir)
+    except OSError as e:
+        raise ClockalignError(f"cannot write the sandwiches to {pairs_dir}: "
+                              f"{e.strerror or e}") from None
+    for path, n in written:
+        click.echo(f"{path}: {n} sandwiches", err=True)

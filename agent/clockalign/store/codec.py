@@ -17,7 +17,7 @@ each column is first turned into something a general compressor sees as repetiti
 
 The planes of all columns go through one zstd frame at level 1 (zstandard, the reference
 libzstd binding): level 1 already removes the runs and repeats the transforms expose, and
-higher levels bought little size for a lot of time.  Measured by scripts/bench_runfile.py
+higher levels bought little size for a lot of time.  Measured by scripts/bench/runfile.py
 on a synthetic launch storm (see results/runfile/runfile.md for the numbers and machine).
 Decoding gives back the exact bytes of every column: it is lossless, whatever the values.
 Decoding into a structured array (RunReader.iter_events) writes the byte planes of all the

@@ -27,7 +27,7 @@ from ..store.schema import (GPU_FLAG_RAW, GPU_NAME_API, GPU_NAME_KERNEL, Chunk, 
 
 # How far CUPTI's raw start/end lie from a kernel's own first/last %globaltimer read
 # (the stamping uncertainty of a raw record), the 99th percentile: H200, CUDA 13.0 CUPTI,
-# 276 392 self-stamping kernels under load (scripts/gpu_activity.sh measure, 2026-12-01,
+# 276 392 self-stamping kernels under load (scripts/gpu/activity.sh measure, 2026-12-01,
 # results/gpu-activity.md): start -192..-1024 ns (p99 -384), end +416.. (p99 +608; the tail,
 # up to 399 us, is a kernel still running after its last stamp).  CUPTI's start was before
 # the first stamp and its end after the last in every one.  (300 kernels on 2026-11-29 gave

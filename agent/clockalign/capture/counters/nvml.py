@@ -122,7 +122,7 @@ class NvmlReader:
     read every half second: the driver keeps its own buffer (about 14 s of 200 ms samples
     on an H200) and every sample carries its driver timestamp.
 
-    Shared by NvmlBackend and scripts/capture_nvml_testdata.py, so the captured test data
+    Shared by NvmlBackend and scripts/data/capture_nvml.py, so the captured test data
     is exactly what the recorder reads.  Items answered with a PERMANENT error are
     dropped with ``disable``.
     """

@@ -1,6 +1,6 @@
 """Turn raw NVML answers into counter rows: pure, so tests feed it captured JSON.
 
-The live backend (nvml.py) and scripts/capture_nvml_testdata.py both produce the same
+The live backend (nvml.py) and scripts/data/capture_nvml.py both produce the same
 raw records, plain JSON-able dicts, one per NVML call:
 
     {"op": "fields", "gpu": 0, "t0": real_ns, "t1": real_ns, "recv": mono_ns, "ret": 0,
