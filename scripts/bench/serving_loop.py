@@ -20,7 +20,9 @@ Part "attach" (one warm process, every configuration in every round, order rotat
   profiler               torch.profiler (CPU + CUDA activities) in the loop (SIGUSR1/2)
 Part "duty": each of record_cuda, record, record_blocking, watch, watch_blocking attached
 once with --cuda-duty 0.5 (CUDA probes armed half of every --duty-period): armed halves
-against the detached halves beside them, in one process and one recording.
+against the detached halves beside them, in one process and one recording; duty_activity:
+`record --pid --gpu-activity --gpu-activity-duty 0.5` (the CUDA probes always on, CUPTI
+attached half of every period, at least 2 s): its windows against the halves without CUPTI.
 Part "activity" (--gpu-activity needs spawn mode): one loop started under
 `clockalign record --gpu-activity`, whose CUPTI library switches what it collects between
 windows through its control file (CLOCKALIGN_CUPTI_CTL): off, everything (the default),
@@ -378,14 +380,18 @@ def wait_profiler_off(log, timeout=120):
 
 DUTY = {"duty_record_cuda": ("record", ATTACH["record_cuda"][1]),
         "duty_record": ("record", []), "duty_record_blocking": ("record", ATTACH["record_blocking"][1]),
-        "duty_watch": ("watch", []), "duty_watch_blocking": ("watch", ATTACH["watch_blocking"][1])}
+        "duty_watch": ("watch", []), "duty_watch_blocking": ("watch", ATTACH["watch_blocking"][1]),
+        # CUDA probes always on, CUPTI attached half of each period (--gpu-activity-duty)
+        "duty_activity": ("record", ["--gpu-activity", "--gpu-activity-duty", "0.5"])}
 
 
 def duty_windows(path):
-    """[(start_ns, end_ns)] of the armed windows a run file's trailer lists."""
+    """[(start_ns, end_ns)] of the armed windows a run file's trailer lists (the CUDA
+    probes', or CUPTI's for --gpu-activity-duty)."""
     from clockalign.store.reader import RunReader
-    return [tuple(w) for w in ((RunReader(path).trailer or {}).get("cuda_duty") or {})
-            .get("windows", [])]
+    t = RunReader(path).trailer or {}
+    duty = t.get("cuda_duty") or (t.get("helpers", {}).get("gpu_activity") or {}).get("duty")
+    return [tuple(w) for w in (duty or {}).get("windows", [])]
 
 
 def part_duty(args, tmp, deadline):
@@ -409,7 +415,9 @@ def part_duty(args, tmp, deadline):
             print(f"duty: time is up before {cfg}", flush=True)
             break
         kind, more = DUTY[cfg]
-        ATTACH[cfg] = (kind, [*more, *extra])
+        ATTACH[cfg] = (kind, [*more, *(extra if cfg != "duty_activity" else
+                                       ["--gpu-activity-duty-period",
+                                        str(max(2.0, args.duty_period))])])
         att = Attached(cfg, loop.p.pid, tmp, None, None)
         time.sleep(min(args.duty_seconds, max(1.0, deadline - time.monotonic())))
         res = att.stop()

@@ -371,3 +371,93 @@ def test_kernels_launched_after_the_attach_are_joined_to_their_bpf_launch(fake_i
     # each kernel's launch is the BPF call that holds its CUPTI callback, before the kernel
     assert (k["launch_t_ns"] < k["t_ns"]).all()
     assert len(set(k["launch_t_ns"].tolist())) == 23
+
+
+SAMPLED_TARGET = """
+import ctypes, sys, threading, time
+fake = ctypes.CDLL(sys.argv[2], ctypes.RTLD_GLOBAL)
+cuda = ctypes.CDLL(sys.argv[1])
+print(threading.get_native_id(), flush=True)
+n = windows = 0
+was = False
+end = time.monotonic() + float(sys.argv[3])
+while time.monotonic() < end:
+    on = fake.fake_launch(n + 1) == 0     # queued only while CUPTI is subscribed
+    n += on
+    windows += on and not was
+    was = on
+    time.sleep(0.005)
+print("launched", n, "windows", windows, flush=True)
+"""
+
+
+def test_sampled_activity_attaches_for_windows_and_says_so(fake_install, tmp_path):
+    """--gpu-activity-duty 0.5 --gpu-activity-duty-period 2: CUPTI attached one second of
+    every two in the running process; every window is in the trailer, the target saw as
+    many subscriptions, the kernels of each window reached the run (a launch racing a
+    detach's disable may be lost: at most one a window), info and report say SAMPLED."""
+    d = tmp_path / "cuda"
+    d.mkdir()
+    (d / "libcuda.c").write_text(LAUNCHING_LIBCUDA)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(d / "libcuda.c"),
+                    "-o", str(d / "libcuda.so.1")], check=True)
+    target = subprocess.Popen([sys.executable, "-c", SAMPLED_TARGET, str(d / "libcuda.so.1"),
+                               str(fake_install / "lib" / "libcupti.so"), "12"],
+                              stdout=subprocess.PIPE, text=True)
+    out = tmp_path / "s.ca"
+    env = dict(os.environ, CLOCKALIGN_CUPTI=str(fake_install))
+    rec = None
+    try:
+        target.stdout.readline()
+        rec = subprocess.Popen(clockalign_cmd(
+            "record", "--pid", str(target.pid), "-o", str(out), *BASE, "--gpu-activity",
+            "--gpu-activity-timestamps", "converted", "--gpu-activity-duty", "0.5",
+            "--gpu-activity-duty-period", "2", "--duration", "7"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        _, err = rec.communicate(timeout=90)
+        assert rec.returncode == 0, err
+        words = target.stdout.readline().split()
+        assert target.wait(timeout=30) == 0            # it ran on to its normal end
+    finally:
+        if rec is not None:
+            rec.kill()
+        target.kill()
+    launched, seen = int(words[1]), int(words[3])
+    assert "GPU activity sampled (--gpu-activity-duty): CUPTI on 1 s of every 2 s (50%)" in err
+    r = RunReader(out)
+    assert r.clean
+    duty = r.trailer["helpers"]["gpu_activity"]["duty"]
+    windows = duty["windows"]
+    assert 3 <= len(windows) <= 4 and seen == len(windows), (windows, seen)
+    for a, b in windows:
+        assert 0.9e9 <= b - a <= 1.5e9
+    for (_, b), (c, _) in zip(windows, windows[1:]):
+        assert 0.9e9 <= c - b <= 1.6e9                  # off for the other half
+    assert r.meta["gpu_activity"]["duty"] == {"share": 0.5, "period_s": 2.0}
+    c = r.columns(Chunk.GPU_ACTIVITY)
+    kernels = int((c["kind"] == GpuKind.KERNEL).sum())
+    assert launched - len(windows) <= kernels <= launched, (kernels, launched)
+    assert launched > 100
+    assert r.trailer["counts"]["signal"] == 3 * len(windows)    # dlopen, attach, detach each
+    assert f"GPU activity sampled: {len(windows)} windows of CUPTI on" in err
+    info = run_clockalign("info", str(out))
+    assert f"activity SAMPLED: CUPTI attached 50% of each 2.0 s (--gpu-activity-duty): " \
+           f"kernels, copies and memsets recorded only inside {len(windows)} windows" \
+           in info.stdout, info.stdout
+    rep = run_clockalign("report", str(out), "-o", str(tmp_path / "rep"))
+    assert rep.returncode == 0, rep.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert f"SAMPLED (--gpu-activity-duty): CUPTI on 50% of every 2 s, {len(windows)} windows" \
+        in md
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--gpu-activity-duty", "0.5"], "needs --gpu-activity"),
+    (["--gpu-activity", "--gpu-activity-duty", "0.5", "--", "true"],
+     "samples the GPU activity of running processes (--pid)"),
+    (["--gpu-activity", "--gpu-activity-duty", "0.05", "--pid", "1"],
+     "leaves a window on or off shorter than 1 s"),
+])
+def test_sampled_activity_refusals_are_one_sentence(args, says, tmp_path):
+    r = run_clockalign("record", "-o", str(tmp_path / "x.ca"), *args)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr

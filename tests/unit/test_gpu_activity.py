@@ -310,3 +310,22 @@ def test_launches_seen_at_entry_only_are_joined_too(tmp_path):
     assert (r["launch_end_ns"] == entries + g.LAUNCH_NS - 1_000).all()   # CUPTI's end
     names = {acts.launch_function(x) for x in r}
     assert names == {"cuLaunchKernel", "cuMemsetD8Async"}
+
+
+def test_sampled_windows_bound_idle_time_and_gaps():
+    """--gpu-activity-duty: a stream's idle time counts only inside the windows, and the
+    time between two windows is no idle gap (nothing was recorded there)."""
+    from clockalign.report.gpu_activity import idle_gaps, stream_table, within
+    from clockalign.timeline.gpu_activity import ACTIVITY_DTYPE
+    rows = np.zeros(4, ACTIVITY_DTYPE)
+    rows["kind"] = GpuKind.KERNEL
+    rows["t_ns"] = [100, 300, 1100, 1500]      # window 1: [0, 500), window 2: [1000, 1600)
+    rows["end_ns"] = [200, 400, 1200, 1550]
+    w = np.array([[0, 500], [1000, 1600]], dtype=np.int64)
+    assert within(100, 1550, w) == 400 + 550 and within(100, 1550, None) == 1450
+    s = stream_table(rows, windows=w)[0]
+    assert (s["span_ns"], s["busy_ns"], s["idle_ns"]) == (950, 350, 600)
+    assert stream_table(rows)[0]["idle_ns"] == 1450 - 350
+    # gaps 200-300 and 1200-1500 stay; 400-1100 spans the time between the windows
+    assert idle_gaps(rows, {}, windows=w)["idle_ns"] == 100 + 300
+    assert idle_gaps(rows, {})["idle_ns"] == 100 + 700 + 300

@@ -48,7 +48,11 @@ def refusal(pid) -> str:
     why = ptrace_refusal(pid)
     if why:
         return why
-    if not mapped(pid, lambda n: n.startswith("libcuda.so")):
+    try:
+        has_cuda = mapped(pid, lambda n: n.startswith("libcuda.so"))
+    except OSError as e:
+        return f"process {pid}'s memory map cannot be read ({e.strerror})"
+    if not has_cuda:
         return (f"process {pid} has not loaded libcuda: CUPTI can start only in a process "
                 "that uses CUDA (attach again once it does)")
     try:

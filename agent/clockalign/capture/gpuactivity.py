@@ -13,7 +13,10 @@ targets come and go, and a target's write never fails while the recorder lives.
 
 With --pid (``prepare_live``), the library is loaded into each running target through
 ptrace once the reader runs (``attach_live``, capture/cupti_attach.py), one FIFO per target
-(a container's is in its own root), and detached first thing at ``stop``.
+(a container's is in its own root), and detached first thing at ``stop``.  With a duty
+(--gpu-activity-duty, capture/duty.py) a thread detaches and attaches again every period, so
+CUPTI's cost is paid for that share of the time only; the windows go into the trailer
+(``stats()["duty"]``) and every kernel recorded lies inside one.
 
     act = GpuActivity(raw=True); act.prepare(env)   # CuptiMissing / NativeBuildError
     act.start(writer) ... act.stop(); act.stats()
@@ -56,9 +59,13 @@ def cannot_record(env: dict, driver) -> str:
 
 
 class GpuActivity(threading.Thread):
-    def __init__(self, raw: bool = True):
+    def __init__(self, raw: bool = True, duty=None):
         super().__init__(name="clockalign-gpuactivity", daemon=True)
         self.raw = raw
+        self.duty = duty if duty is not None and duty.active else None   # --pid only
+        self._duty_thread = None
+        self._duty_stop = threading.Event()
+        self._attached = False        # the --pid targets' CUPTI is on now
         self.writer = None
         self.cupti = None
         self.library = None
@@ -72,7 +79,7 @@ class GpuActivity(threading.Thread):
         self._error = None
         self._stats = {"records": 0, "packets": 0, "chunks": 0, "names": 0,
                        "cupti_dropped": 0, "processes": set(), "raw": {}, "cupti_version": {},
-                       "attached": {},
+                       "attached": {}, "reattach_failed": {},
                        **{v: 0 for v in COUNT_KEYS.values()}}
 
     # -- before the fork -------------------------------------------------------------
@@ -155,20 +162,62 @@ class GpuActivity(threading.Thread):
                         f"{got['cupti_version']} ({live.cupti_in_target}) started in the "
                         f"running process through ptrace and dlopen of {live.lib_in_target} "
                         f"in {ms:.0f} ms; {self.meta()['timestamps']} timestamps"))
+        self._attached = bool(self._live)
+        if self.duty is not None and self._live:
+            d = self.duty
+            out.append(("warning", f"GPU activity sampled (--gpu-activity-duty): CUPTI on "
+                        f"{d.share * d.period_ns / 1e9:g} s of every {d.period_ns / 1e9:g} s "
+                        f"({d.share:.0%}); kernels, copies and memsets are recorded only "
+                        "inside those windows (listed in the run file)"))
+            d.start()
+            self._duty_thread = threading.Thread(target=self._duty_loop, daemon=True,
+                                                 name="clockalign-gpuactivity-duty")
+            self._duty_thread.start()
         return out
 
-    def detach_live(self):
+    def _duty_loop(self):
+        while self._live and not self._duty_stop.wait(0.05):
+            self.duty.step(self._pause_live, self._resume_live)
+
+    def _pause_live(self):
         for live in self._live:
             got = live.detach()
+            with self._lock:
+                self._stats["attached"].setdefault(str(live.pid), {}).update(got)
+        self._attached = False
+
+    def _resume_live(self):
+        """Attach each target again; one that refuses now (it exited, a profiler took
+        CUPTI) is left off for the rest of the recording, said at the end."""
+        from .cupti_attach import CuptiAttachError
+        for live in list(self._live):
+            try:
+                live.attach()
+            except CuptiAttachError as e:
+                self._live.remove(live)
+                live.cleanup()
+                with self._lock:
+                    self._stats["reattach_failed"][str(live.pid)] = str(e)
+        self._attached = bool(self._live)
+
+    def detach_live(self):
+        if self._duty_thread is not None:
+            self._duty_stop.set()
+            self._duty_thread.join()
+            self.duty.close()
+        for live in self._live:
+            got = live.detach() if self._attached else {}
             live.cleanup()
             with self._lock:
                 self._stats["attached"].setdefault(str(live.pid), {}).update(got)
         self._live = []
+        self._attached = False
 
     def meta(self) -> dict:
         return {"library": self.library, "libcupti": self.cupti.lib if self.cupti else None,
                 "cupti_from": self.cupti.where if self.cupti else None,
-                "timestamps": "raw" if self.raw else "converted"}
+                "timestamps": "raw" if self.raw else "converted",
+                **({"duty": self.duty.meta()} if self.duty is not None else {})}
 
     # -- thread ----------------------------------------------------------------------
     def start_writing(self, writer):
@@ -269,6 +318,8 @@ class GpuActivity(threading.Thread):
         s["bad_bytes"] = sum(p.bad_bytes for p in parsers)
         s["incomplete_bytes"] = sum(p.leftover for p in parsers)
         s["incomplete_names"] = sum(p.pending_names for p in parsers)
+        if self.duty is not None:
+            s["duty"] = self.duty.trailer()
         return s
 
     def drops(self) -> dict:
@@ -287,6 +338,14 @@ class GpuActivity(threading.Thread):
         if self.live_mode:
             notes += [_detach_note(int(pid), a) for pid, a in s["attached"].items()
                       if "state" in a]
+            notes += [f"GPU activity of process {pid} is off after its last window: it "
+                      f"could not be attached again ({why})"
+                      for pid, why in s["reattach_failed"].items()]
+        if "duty" in s:
+            d = s["duty"]
+            notes.append(f"GPU activity sampled: {len(d['windows'])} windows of CUPTI on, "
+                         f"{d['armed_ns'] / 1e9:.1f} s in all ({d['share']:.0%} of every "
+                         f"{d['period_s']:g} s); nothing the GPU ran between them is recorded")
         elif not s["raw"]:
             notes.append("GPU activity: no process of the command loaded the CUPTI library "
                          "(it used no CUDA, or CUPTI failed to start: see its stderr)")

@@ -22,7 +22,7 @@ from ..errors import ClockalignError, RunFileWriteError
 from ..store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, KIND_NAMES, Chunk, Kind
 from ..store.writer import check_output
 from . import preflight, targets
-from .duty import CudaDuty
+from .duty import Duty
 from .bpfprog import ProbeOptions, Probes
 from .drain import start_drain
 from .container import describe as describe_container, own_mount_namespace
@@ -60,6 +60,8 @@ class RecordOptions:
     gpu_clock_pings: int = 64
     gpu_activity: bool = False        # CUPTI kernels/copies/memsets of a spawned command
     gpu_activity_timestamps: str = "raw"   # "converted": CUPTI's own CPU-time conversion
+    gpu_activity_duty: float = 1.0    # --pid: share of each period CUPTI is attached
+    gpu_activity_duty_period: float = 10.0
     status: bool = None               # default: on when stderr is a TTY
     env: dict = None                  # environment of a spawned command (default: ours)
     force: bool = False               # -o may replace a file that is not a run, or a symlink
@@ -112,7 +114,7 @@ class Recorder:
         self.devices = []
         self._closers = []
         self._activity = None
-        self._duty = CudaDuty(opts.cuda_duty, opts.cuda_duty_period)
+        self._duty = Duty(opts.cuda_duty, opts.cuda_duty_period)
         self._follower = None
         self._drain = None           # reads the event buffers from arming until the stop
         self.arming = None           # seconds arming took, in all and by step (Arming)
@@ -394,7 +396,10 @@ class Recorder:
         act = None
         try:
             if why is None:
-                act = GpuActivity(raw=self.opts.gpu_activity_timestamps != "converted")
+                act = GpuActivity(raw=self.opts.gpu_activity_timestamps != "converted",
+                                  duty=Duty(self.opts.gpu_activity_duty,
+                                            self.opts.gpu_activity_duty_period,
+                                            "--gpu-activity-duty", min_period_s=2.0))
                 if not self.opts.command:
                     for text in act.prepare_live(self.opts.pids, env):
                         self.notice(text, "warning")

@@ -121,8 +121,17 @@ def record_options(output, force, pids, duration, libcuda, no_cuda, cuda_args, c
               default="raw", show_default=True,
               help="'converted': keep CUPTI's own conversion to CPU time (no stated bound; "
                    "for comparisons).")
+@click.option("--gpu-activity-duty", type=click.FloatRange(0, 1, min_open=True), default=1.0,
+              show_default=True,
+              help="With --pid: CUPTI attached for this share of every "
+                   "--gpu-activity-duty-period and detached for the rest (sampled GPU "
+                   "activity: what the GPU runs between the windows is not recorded; the "
+                   "windows are listed in the run file and by 'info' and 'report').")
+@click.option("--gpu-activity-duty-period", type=click.FloatRange(2.0), default=10.0,
+              show_default=True, help="Seconds of one --gpu-activity-duty cycle.")
 @probe_options
-def command(output, dump_bpf, gpu_activity, gpu_activity_timestamps, **kw):
+def command(output, dump_bpf, gpu_activity, gpu_activity_timestamps, gpu_activity_duty,
+            gpu_activity_duty_period, **kw):
     """Record CUDA driver calls, context switches, connect(), Xids, GPU clocks and counters
     of running processes (--pid) or of a COMMAND given after --, until --duration,
     Ctrl-C/SIGTERM or the targets' exit.
@@ -136,12 +145,33 @@ def command(output, dump_bpf, gpu_activity, gpu_activity_timestamps, **kw):
         click.echo(dump_bpf_text(kw["no_cuda"], kw["libcuda"], kw["cuda_args"], kw["ring_mb"],
                                  kw["cuda_returns"]))
         return
+    if gpu_activity_duty < 1:
+        _check_activity_duty(gpu_activity, kw, gpu_activity_duty, gpu_activity_duty_period)
     s = Recorder(record_options(output, **kw, gpu_activity=gpu_activity,
-                                gpu_activity_timestamps=gpu_activity_timestamps)).run()
+                                gpu_activity_timestamps=gpu_activity_timestamps,
+                                gpu_activity_duty=gpu_activity_duty,
+                                gpu_activity_duty_period=gpu_activity_duty_period)).run()
     counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items() if v) or "no events"
     drops = sum(s["drops"].values())
     click.echo(f"wrote {s['output']} ({s['size'] / 1e6:.2f} MB): {counts}; "
                f"{drops} dropped; stopped by {s['reason']}", err=True)
+
+
+def _check_activity_duty(gpu_activity, kw, share, period) -> None:
+    """Sampled GPU activity switches CUPTI by attaching and detaching it, which only --pid
+    does; each window on and off must outlast an attach (~0.1 s on the H200)."""
+    if not gpu_activity:
+        raise click.BadParameter("needs --gpu-activity", param_hint="--gpu-activity-duty")
+    if not kw.get("pids") or kw.get("command"):
+        raise click.BadParameter(
+            "samples the GPU activity of running processes (--pid): a spawned command's CUPTI "
+            "is not switched at run time (results/serving-loop.md finding 5: switching what "
+            "it collects crashed a target replaying CUDA graphs)",
+            param_hint="--gpu-activity-duty")
+    if min(share, 1 - share) * period < 1.0:
+        raise click.BadParameter(
+            f"{share:g} of {period:g} s leaves a window on or off shorter than 1 s: choose a "
+            "longer --gpu-activity-duty-period", param_hint="--gpu-activity-duty")
 
 
 def _check_ring_memory(ring_mb: float) -> None:

@@ -69,12 +69,22 @@ def _each_stream(rows, streams):
         yield j, key, order[bounds[j]:bounds[j + 1]]
 
 
-def stream_table(rows, streams=None) -> list:
+def within(t0, t1, windows) -> int:
+    """ns of [t0, t1) inside the windows ([n, 2], sorted); windows None: all of it."""
+    if windows is None:
+        return int(t1 - t0)
+    return int(np.maximum(np.minimum(windows[:, 1], t1) - np.maximum(windows[:, 0], t0),
+                          0).sum())
+
+
+def stream_table(rows, streams=None, windows=None) -> list:
+    """Per stream: executions, busy time, and idle time over its span (first start to last
+    end; with sampled activity, the span's time inside the windows only)."""
     out = []
     for _, (g, p, s), idx in _each_stream(rows, streams):
         t, e, kind = rows["t_ns"][idx], rows["end_ns"][idx], rows["kind"][idx]
         us, ue = union_intervals(t, e)
-        span = int(e.max() - t.min())
+        span = within(int(t.min()), int(e.max()), windows)
         busy = int((ue - us).sum())
         out.append({"gpu": g, "pid": p, "stream": s, "executions": int(len(idx)),
                     "kernels": int((kind == GpuKind.KERNEL).sum()),
@@ -85,15 +95,20 @@ def stream_table(rows, streams=None) -> list:
     return out
 
 
-def _gaps(rows, streams):
+def _gaps(rows, streams, windows=None):
     """Every idle gap of every stream, as columns: stream (index into the distinct
     streams), start (the reach of the work before), end (the next work's start), the next
-    work's launching tid and launch entry (-1: none)."""
+    work's launching tid and launch entry (-1: none).  With sampled activity, a gap that
+    leaves its window is not one (nothing was recorded after the window closed)."""
     parts = []
     for j, _, idx in _each_stream(rows, streams):
         t = rows["t_ns"][idx]
         reach = np.maximum.accumulate(rows["end_ns"][idx])
         gap = np.flatnonzero(t[1:] > reach[:-1])
+        if windows is not None and len(gap):
+            w = np.searchsorted(windows[:, 0], reach[gap], side="right") - 1
+            ok = (w >= 0) & (t[gap + 1] <= windows[np.maximum(w, 0), 1])
+            gap = gap[ok]
         nxt = idx[gap + 1]
         parts.append((np.full(len(gap), j, dtype=np.int64), reach[gap], t[gap + 1],
                       rows["launch_tid"][nxt].astype(np.int64),
@@ -105,11 +120,11 @@ def _gaps(rows, streams):
     return [np.concatenate(c) for c in zip(*parts)]
 
 
-def idle_gaps(rows, sched, streams=None) -> dict:
+def idle_gaps(rows, sched, streams=None, windows=None) -> dict:
     """Every idle gap of every stream, charged with its next work's launcher's off-CPU time."""
     if streams is None:
         streams = stream_order(rows)
-    sid, g0, g1, tid, launch = _gaps(rows, streams)
+    sid, g0, g1, tid, launch = _gaps(rows, streams, windows)
     if not len(sid):
         return {"gaps": 0, "idle_ns": 0, "with_offcpu": 0, "offcpu_ns": 0, "preempted_ns": 0,
                 "blocked_ns": 0, "top": []}
@@ -192,7 +207,7 @@ def gpu_section(acts, sched):
         return None
     raw = rows["raw"]
     streams = stream_order(rows)
-    nums = {"stats": acts.stats, "streams": stream_table(rows, streams)}
+    nums = {"stats": acts.stats, "streams": stream_table(rows, streams, acts.windows)}
     kern = rows["kind"] == GpuKind.KERNEL
     kd = rows["end_ns"][kern] - rows["t_ns"][kern]
     del kern
@@ -209,7 +224,7 @@ def gpu_section(acts, sched):
     del kd, qd
     nums["kernels"] = kernel_table(acts, rows)
     nums["graphs"] = graph_table(rows)
-    gaps = idle_gaps(rows, sched, streams)
+    gaps = idle_gaps(rows, sched, streams, acts.windows)
     del streams
     nums["idle_gaps"] = gaps
     unc = rows["unc_ns"][raw]
@@ -223,7 +238,12 @@ def gpu_section(acts, sched):
                 fmt_count(r["memsets"]), fmt_ns(r["busy_ns"]), fmt_ns(r["idle_ns"]),
                 fmt_pct(r["busy_share"]) if r["busy_share"] is not None else "-"])
     kd_, ls = nums["kernel_duration_ns"], nums["launch_to_start_ns"]
-    summary = (f"{fmt_count(len(rows))} GPU executions ({fmt_count(acts.stats.get('gpu_kernel', 0))}"
+    smp = acts.stats.get("sampled")
+    summary = ((f"SAMPLED (--gpu-activity-duty): CUPTI on {smp['share']:.0%} of every "
+                f"{smp['period_s']:g} s, {smp['windows']} windows, {fmt_ns(smp['armed_ns'])} in "
+                "all; what the GPU ran between them is not here, and idle time counts only "
+                "inside them\n" if smp else "") +
+               f"{fmt_count(len(rows))} GPU executions ({fmt_count(acts.stats.get('gpu_kernel', 0))}"
                f" kernels, {fmt_count(acts.stats.get('gpu_copy', 0))} copies, "
                f"{fmt_count(acts.stats.get('gpu_memset', 0))} memsets); mapped from the GPU clock "
                f"with uncertainty p50 {fmt_ns(nums['unc_ns']['p50'])}, p99 "

@@ -83,6 +83,7 @@ def info_lines(r, file) -> list:
         out.append(f"stopped   {r.trailer.get('reason')}")
         out += cuda_probe_lines(m, r.trailer)
         helpers = _map(r.trailer.get("helpers"))
+        out += activity_duty_lines(_map(_map(helpers.get("gpu_activity")).get("duty")))
         c = _map(helpers.get("counters"))
         if c and "samples" in c:
             out.append(f"counters  {c.get('backend', '?')}: {c['samples']} samples every "
@@ -116,6 +117,17 @@ def cuda_probe_lines(meta, trailer) -> list:
                    f"{duty.get('period_s')} s (--cuda-duty): calls recorded only inside "
                    f"{len(windows)} windows, {_int(duty.get('armed_ns')) or 0:,} ns in all")
     return out
+
+
+def activity_duty_lines(duty) -> list:
+    """Sampled GPU activity (--gpu-activity-duty): the share and the windows."""
+    if not duty:
+        return []
+    windows = duty.get("windows") if isinstance(duty.get("windows"), list) else []
+    return [f"gpu       activity SAMPLED: CUPTI attached {duty.get('share', 0):.0%} of each "
+            f"{duty.get('period_s')} s (--gpu-activity-duty): kernels, copies and memsets "
+            f"recorded only inside {len(windows)} windows, "
+            f"{(_int(duty.get('armed_ns')) or 0) / 1e9:.1f} s in all"]
 
 
 def _probe_how(r) -> dict:

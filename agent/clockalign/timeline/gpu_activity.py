@@ -59,6 +59,7 @@ class GpuActivity:
     stats: dict
     notes: list
     domains: dict                    # (pid, device) -> "GPU0" (or None: unmapped)
+    windows: np.ndarray = None       # --gpu-activity-duty: [[start, end]] MONOTONIC ns
 
     def name(self, r) -> str:
         k = int(r["kind"])
@@ -323,7 +324,20 @@ def load(tl) -> GpuActivity:
         notes.append(f"CUPTI dropped {stats['cupti_dropped']} activity records (full buffers)")
     info = other[other["kind"] == GpuKind.INFO]
     stats["processes"] = sorted(set(info["pid"].tolist()))
-    return GpuActivity(rows, names, stats, notes, domains)
+    return GpuActivity(rows, names, stats, notes, domains, sampled_windows(reader, stats))
+
+
+def sampled_windows(reader, stats):
+    """The windows of --gpu-activity-duty from the trailer ([n, 2] int64), or None (CUPTI
+    on all the time); the share goes into stats["sampled"]."""
+    duty = (((reader.trailer or {}).get("helpers") or {}).get("gpu_activity") or {}).get("duty")
+    if not isinstance(duty, dict) or not isinstance(duty.get("windows"), list):
+        return None
+    w = np.asarray([x for x in duty["windows"] if isinstance(x, list) and len(x) == 2],
+                   dtype=np.int64).reshape(-1, 2)
+    stats["sampled"] = {"share": duty.get("share"), "period_s": duty.get("period_s"),
+                        "windows": int(len(w)), "armed_ns": int((w[:, 1] - w[:, 0]).sum())}
+    return w
 
 
 CALL_DTYPE = np.dtype([("t_ns", "<i8"), ("dur_ns", "<i8"), ("tid", "<u4"), ("code", "<u2")])
