@@ -13,8 +13,9 @@
  * on the ring's head reserves a slot and the kind, stored last, commits it.  A record is
  * built on the BPF stack (EVENT() declares one, submit() copies it into a slot or counts a
  * drop); the CUDA return, the hot path, fills its slot directly.  With CA_PERF_BUFFERS
- * (CLOCKALIGN_BUFFERS=perf) submit() sends to per-CPU perf buffers instead
- * (capture/perfbuf.py), the transport before: on the H200 the CUDA probes took 259-403 ns of
+ * (capture/bpfprog.py's fall-back where the rings do not load: no BPF compare-and-swap)
+ * submit() sends to per-CPU perf buffers instead (capture/perfbuf.py), the transport
+ * before: on the H200 the CUDA probes took 259-403 ns of
  * BPF time a call with it, 188-192 with the rings (scripts/bench_probe_cost.py,
  * results/overhead.md, runs h200-12 and h200-13).
  * Every piece of the CUDA path was measured (scripts/bench_probe_cost.py): the pairing
@@ -44,7 +45,7 @@
 BPF_PERF_OUTPUT(events);
 #else
 #ifdef CA_TEST_NO_SLOT_RINGS
-#error "slot rings refused (CLOCKALIGN_TEST_NO_SLOT_RINGS): tests of the perf-buffer fall-back"
+#error "slot rings refused (CLOCKALIGN_TEST_NO_SLOT_RINGS): tests and benchmarks of the perf-buffer fall-back"
 #endif
 #ifndef CA_RING_SLOTS
 #define CA_RING_SLOTS 65536     /* records per CPU, a power of two */

@@ -10,8 +10,8 @@ one each round), medians and spread over the rounds:
          pairing state — hash map, per-thread array, task storage —, arguments, one ring
          record); the real bpf/probes.c (CUDA only, then with sched/connect/thread
          tracepoints); `clockalign record` (minimal, then everything on); probes.c CUDA
-         only and the full recording again with CLOCKALIGN_BUFFERS=perf (the event
-         transport's A/B: the per-CPU perf buffers against the default).  A second pass
+         only and the full recording again with the per-CPU perf buffers (the event
+         transport's A/B: the fall-back against the default).  A second pass
          with kernel.bpf_stats_enabled reads each BPF program's own run time: this
          process's from fdinfo, a recorder's (record, watch) through the bpf() syscall.
   model  a warm ResNet-18 fp16 batch-1 loop (scripts/bench/resnet_loop.py, GPU only) while
@@ -83,17 +83,17 @@ STAGE_TEXT = dict({n: d for n, _, d in STAGES}, pair_empty_multi=
     "empty programs on entry and return, as a uprobe_multi link (how "
     "clockalign attaches)",
     probes_cuda="bpf/probes.c, CUDA probes only, per-process links, "
-    "default event buffers (CLOCKALIGN_BUFFERS unset: slot rings)",
-    probes_cuda_perf="same, CLOCKALIGN_BUFFERS=perf (per-CPU perf "
-    "buffers)",
+    "default event buffers (slot rings)",
+    probes_cuda_perf="same, per-CPU perf buffers (the fall-back, forced by "
+    "CLOCKALIGN_TEST_NO_SLOT_RINGS=1)",
     probes_cuda_map="same, one link for all processes + target map",
     probes_cuda_regs="same, --cuda-args registers (no user reads)",
     probes_all="bpf/probes.c with sched/connect/thread tracepoints",
     clockalign_min="clockalign record --counters none --no-gpu-clock",
     clockalign_full="clockalign record, everything on, default "
-    "event buffers (CLOCKALIGN_BUFFERS unset: slot rings)",
-    clockalign_full_perf="same, CLOCKALIGN_BUFFERS=perf (per-CPU perf "
-    "buffers)",
+    "event buffers (slot rings)",
+    clockalign_full_perf="same, per-CPU perf buffers (the fall-back, forced by "
+    "CLOCKALIGN_TEST_NO_SLOT_RINGS=1)",
     watch="clockalign watch (no run file), everything on")
 
 
@@ -102,14 +102,19 @@ def now_ns():
 
 
 def clockalign_cmd(*args):
+    """`clockalign ARGS`; with BENCH_READER=python in this script's environment, with the
+    event buffers read by the benchmark's Python reader arm (bench/python_reader.py)."""
+    if os.environ.get("BENCH_READER") == "python":
+        return [sys.executable, str(HERE / "bench" / "python_reader.py"), *args]
     return [sys.executable, "-m", "clockalign.cli.main", *args]
 
 
-# main's event transport for the A/B: unset or "slots", the per-CPU slot rings (the
-# default); "perf", the per-CPU perf buffers.  Read by Probes(...) when constructed and by
-# `clockalign record`/`watch` from their environment.
-BUFFERS_ENV = "CLOCKALIGN_BUFFERS"
-BUFFERS = {"probes_cuda_perf": "perf", "clockalign_full_perf": "perf"}
+# The event transport for the A/B: the slot rings (the default), or the per-CPU perf
+# buffers, which clockalign uses where the slot rings do not load; the perf arms make them
+# fail to load (the hook the tests use), so clockalign falls back as on such a kernel.  Read
+# by Probes(...) when constructed and by `clockalign record`/`watch` from their environment.
+BUFFERS_ENV = "CLOCKALIGN_TEST_NO_SLOT_RINGS"
+BUFFERS = {"probes_cuda_perf": "1", "clockalign_full_perf": "1"}
 
 
 def with_overrides(env, overrides):
@@ -142,9 +147,9 @@ def environ(overrides):
 
 
 def buffers_env(cfg):
-    """{CLOCKALIGN_BUFFERS: cfg's transport}; None (unset: the default) for every other
-    configuration, whatever the caller's environment says, so that the A/B compares the
-    two transports."""
+    """{BUFFERS_ENV: "1"} for a perf-buffer arm; None (unset: the slot rings) for every
+    other configuration, whatever the caller's environment says, so that the A/B compares
+    the two transports."""
     return {BUFFERS_ENV: BUFFERS.get(cfg)}
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Does a recording survive the GIL being held?  The buffer reader as a Python thread
-(capture/drain.py Drain) against the C thread (native/reader.c, NativeDrain), interleaved.
+(scripts/bench/python_reader.py, the benchmark's arm) against clockalign's C thread
+(native/reader.c, capture/drain.py), interleaved.
 
 One storm thread calls the stand-in cuLaunchKernel flat out for --seconds under an
 in-process Recorder (--pid, everything on but counters and GPU clock), whose extra sink holds
@@ -29,7 +30,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent.parent / "agent"))
 import bench_probe_cost as bpc  # noqa: E402
+import python_reader  # noqa: E402
+from clockalign.capture import recorder  # noqa: E402
 from clockalign.capture.recorder import Recorder, RecordOptions  # noqa: E402
+
+C_READER = recorder.start_drain
 from clockalign.store.schema import Chunk  # noqa: E402
 
 
@@ -58,7 +63,7 @@ class StallSink:
 
 
 def one(storm, lib, reader, seconds, stall_ms, every_s, tmp):
-    os.environ["CLOCKALIGN_DRAIN"] = reader
+    recorder.start_drain = python_reader.start_drain if reader == "python" else C_READER
     st = bpc.Storm(storm, lib, threads=1, seconds=seconds)
     sink = StallSink(stall_ms, every_s)
     out = tmp / f"{reader}.ca"

@@ -1,6 +1,6 @@
 """record --gpu-activity end to end with real BPF and a stand-in libcupti (tests/unit/
-fakecupti.c) installed where $CLOCKALIGN_CUPTI points: the recorder finds it, builds the
-injection library, puts it into the command's environment, and the records the command's
+fakecupti.c) installed where $CLOCKALIGN_CUPTI points: the recorder finds it and the
+injection library setup built for its headers (the real ones, linked), puts it into the command's environment, and the records the command's
 "CUDA" hands to it reach the run file, the trailer and the notices."""
 import os
 import shutil
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from clockalign.capture.cupti import find_cupti
-from clockalign.native import build
+from clockalign.native.build import build
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import Chunk, GpuKind
 

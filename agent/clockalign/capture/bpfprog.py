@@ -69,22 +69,9 @@ def bpf_source_dir():
     return resources.files("clockalign") / "bpf"
 
 
-# The event transport: "slots" (capture/slotring.py, the default) or "perf"
-# (capture/perfbuf.py, the one before; kept to measure one against the other).
-BUFFERS_ENV = "CLOCKALIGN_BUFFERS"
-
-
-# Tests only: the slot rings fail to load (as on a kernel without BPF compare-and-swap,
-# before 5.12), so the fall-back to perf buffers runs.
+# Tests and the benchmark harness only: the slot rings fail to load (as on a kernel without
+# BPF compare-and-swap, before 5.12), so the automatic fall-back to perf buffers runs.
 NO_SLOTS_TEST_ENV = "CLOCKALIGN_TEST_NO_SLOT_RINGS"
-
-
-def buffer_kind() -> str:
-    """The transport asked for: CLOCKALIGN_BUFFERS, else the slot rings."""
-    kind = os.environ.get(BUFFERS_ENV) or "slots"
-    if kind not in ("slots", "perf"):
-        raise ClockalignError(f"{BUFFERS_ENV} must be 'slots' or 'perf', not {kind!r}")
-    return kind
 
 
 def buffer_cpus(kind: str) -> int:
@@ -123,10 +110,10 @@ def use_pid_links(opts: ProbeOptions) -> bool:
     return not opts.follow_children if opts.pid_links is None else opts.pid_links
 
 
-def build_cflags(opts: ProbeOptions, buffers: str = None):
+def build_cflags(opts: ProbeOptions, buffers: str = "slots"):
     """The -D flags for bpf/probes.c, and notes on what was switched off and why; buffers:
-    the event transport (default: buffer_kind())."""
-    buffers = buffers or buffer_kind()
+    the event transport, "slots" (slotring.py) or "perf" (perfbuf.py, where the slot rings
+    do not load)."""
     slots = opts.call_slots
     if slots & (slots - 1):
         raise ValueError("call_slots must be a power of two")
@@ -267,10 +254,7 @@ class Probes:
             raise ClockalignError("BCC is not importable: install the OS package python3-bpfcc "
                                   "(scripts/setup.sh does); the PyPI package 'bcc' is unrelated")
         t0 = time.monotonic()
-        if "-DCA_PERF_BUFFERS" in flags or os.environ.get(BUFFERS_ENV):
-            self._compile(BPF, flags)
-        else:
-            self._compile_or_fall_back(BPF, opts, flags)
+        self._compile_or_fall_back(BPF, opts, flags)
         t1 = time.monotonic()
         self.set_targets(tgids)
         self.tgids = list(tgids)

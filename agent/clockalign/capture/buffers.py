@@ -1,14 +1,15 @@
 """What the two per-CPU event buffer kinds share: reading them from a C thread, merging CPUs.
 
 The BPF programs write each record to the buffer of the CPU they run on: a slot ring
-(slotring.py, the default) or a perf buffer (perfbuf.py, CLOCKALIGN_BUFFERS=perf).  Either
-is read in bulk into one EVENT_DTYPE array in timestamp order, by read() (called from the
-recorder's Python reader thread) or by native/reader.c's thread, which needs no GIL, once
-start_reader() ran; then read() takes what that thread gathered.
+(slotring.py), or a perf buffer (perfbuf.py) on a kernel where the slot rings do not load.
+Either is read in bulk into one EVENT_DTYPE array in timestamp order by native/reader.c's
+thread, which needs no GIL, once start_reader() ran: read() takes what it gathered.  Before
+the thread starts and after it stopped, read() makes one pass over every CPU itself (the C
+drain of batch.c, called from Python).
 
 A subclass opens its buffers and gives: _reader_spans() (each CPU's head/tail words and data
-area, the data area's bytes, the reader mode), _read_native() and _read_numpy() (one pass
-over every CPU), _close_buffers().
+area, the data area's bytes, the reader mode), _read_pass() (one pass over every CPU),
+_close_buffers().
 """
 import ctypes
 
@@ -20,12 +21,11 @@ from ..native import batch as native_batch
 class EventBuffers:
     READER_MODE = None            # native/reader.c's mode number for this kind
 
-    def __init__(self, dtype, native: bool):
+    def __init__(self, dtype):
         self.dtype = np.dtype(dtype)
         self.records = 0
         self.lost = 0                 # counted by the kernel where the kind has such a count
         self.malformed = 0            # records of another size than dtype's (never expected)
-        self.native = native_batch.available() and native
         self.peak_fill = 0.0
         self.last_fill = 0.0          # the fullest CPU buffer at the latest read
         self._reader = None           # native/reader.c's thread, once start_reader() ran
@@ -40,20 +40,18 @@ class EventBuffers:
             if len(batch) or not self._reader_stopped:
                 return batch
             self._free_reader()       # stopped and empty: the buffers are read here again
-        return self._read_native() if self.native else self._read_numpy()
+        return self._read_pass()
 
     # ------------------------------------------------------------- the C reader thread
-    def start_reader(self, max_bytes: int = 256 << 20, poll_s: float = 0.05) -> bool:
+    def start_reader(self, max_bytes: int = 256 << 20, poll_s: float = 0.05) -> None:
         """Hand the reading to a C thread (native/reader.c) that needs no GIL; read() then
         takes what it gathered.  It gathers at most max_bytes of records, then leaves the
-        buffers to fill (what cannot be written is counted).  False where the helper is not
-        available (the caller reads from a Python thread instead)."""
-        lib = native_batch.reader_lib()
-        if lib is None or not self.native or self._reader is not None:
-            return False
+        buffers to fill (what cannot be written is counted).  NativeMissing where the helper
+        is not built; OSError where the thread cannot start."""
+        lib = native_batch.lib()
+        if self._reader is not None:
+            raise RuntimeError("the reader thread runs already")
         spans = self._reader_spans()
-        if not spans:
-            return False
         ctls, datas, size, self._reader_views = spans
         n = len(ctls)
         ctl = (ctypes.c_void_p * n)(*ctls)
@@ -63,10 +61,9 @@ class EventBuffers:
                                 self.READER_MODE)
         if not r:
             self._reader_views = []
-            return False
+            raise OSError("the event buffers' reader thread could not start (out of memory?)")
         self._reader, self._reader_stopped, self._lib = r, False, lib
         self._base = {"lost": self.lost, "malformed": self.malformed}
-        return True
 
     @property
     def reader_running(self) -> bool:
@@ -120,18 +117,6 @@ class EventBuffers:
         """out[:n], read from cpus buffers in one pass, in timestamp order and counted."""
         out = self._in_ts_order(out[:n], ts[:n], cpus)
         self.records += n
-        return out
-
-    def _merged(self, parts, views: bool = True):
-        """The numpy reads' end: per-CPU parts as one array in timestamp order, counted; a
-        copy where the parts are views into the buffers (views)."""
-        if not parts:
-            return np.empty(0, dtype=self.dtype)
-        out = np.concatenate(parts) if len(parts) > 1 else \
-            parts[0].copy() if views else parts[0]
-        if len(parts) > 1 and "ts" in (self.dtype.names or ()):
-            out = out[np.argsort(out["ts"], kind="stable")]
-        self.records += len(out)
         return out
 
     def _note_fill(self, fill: float):

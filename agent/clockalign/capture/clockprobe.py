@@ -215,9 +215,6 @@ class ClockProbeThread(threading.Thread):
                     self._stats[key].setdefault(clock.domain, 0)
                 self._stats["sandwiches"].setdefault(clock.domain, 0)
             self._write_gpu_info(clock)
-        if any(c.info.get("host_loop") == "python" for c in self._clocks):
-            from . import gpuclock
-            self._notice(f"GPU clock ping-pong: {gpuclock.native_note}", level="info")
         with self._lock:
             self._stats["gpu"] = bool(self._clocks)
             self._stats["host_loop"] = {c.domain: c.info.get("host_loop") for c in self._clocks}

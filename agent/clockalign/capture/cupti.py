@@ -8,7 +8,11 @@ Looked for, first found wins:
 cuda.h (and crt/host_defines.h) may come from any of these, or /usr/include.
 
     inst = find_cupti()                 # Cupti(include, lib, where) or CuptiMissing
-    so = build_injection(inst)          # path for CUDA_INJECTION64_PATH
+    so = injection_library(inst)        # path for CUDA_INJECTION64_PATH, built at install
+
+The injection library is built by installing (native/build.py calls build_injection against
+the CUPTI found then), named by the digest of its sources and of the CUPTI headers it was
+built against; injection_library finds that build, and compiles nothing.
 """
 import dataclasses
 import glob
@@ -17,9 +21,11 @@ import site
 import sys
 
 from ..errors import ClockalignError
-from ..native import build
+from .. import native
+from ..native.build import build
 
-SOURCES = ["ca_cupti.c"]
+SOURCES = ["ca_cupti.c", "ca_gpu_wire.h"]
+FLAGS = dict(libs=["dl", "pthread"], cflags=["-fvisibility=hidden"])
 
 
 class CuptiMissing(ClockalignError):
@@ -114,12 +120,46 @@ def find_cupti(env=None) -> Cupti:
                        "CLOCKALIGN_CUPTI to a directory with include/ and lib/")
 
 
-def build_injection(inst: Cupti) -> str:
-    """The injection library built against ``inst``'s headers (cached); CuptiMissing with the
-    reason when it cannot be built."""
+def _header_key(inst: Cupti) -> bytes:
+    """What the injection library's build depends on besides its sources: the CUPTI headers
+    (record layouts differ between versions) and cuda.h, by content, so that an install
+    whose include directory is a link to another's has the same build."""
+    parts = []
+    for d in (inst.include, *inst.extra_includes):
+        for p in sorted(glob.glob(os.path.join(d, "cupti*.h")) + [os.path.join(d, "cuda.h")]):
+            if os.path.isfile(p):
+                with open(p, "rb") as f:
+                    parts.append(os.path.basename(p).encode() + b"\0" + f.read())
+    return b"".join(parts)
+
+
+def _build_args(inst: Cupti) -> dict:
+    return dict(include_dirs=[inst.include, *inst.extra_includes], **FLAGS)
+
+
+def _key(inst: Cupti) -> bytes:
+    args = _build_args(inst)
+    flags = [f"-I{d}" for d in args["include_dirs"]] + args["cflags"]
+    return _header_key(inst) + " ".join(flags + [f"-l{lib}" for lib in args["libs"]]).encode()
+
+
+def build_injection(inst: Cupti, into=None) -> str:
+    """Compile the injection library against ``inst``'s headers (installing runs this:
+    native/build.py); CuptiMissing with the reason when it cannot be built."""
     try:
-        return build("ca_cupti", SOURCES, include_dirs=[inst.include, *inst.extra_includes],
-                     libs=["dl", "pthread"], cflags=["-fvisibility=hidden"])
+        return build("ca_cupti", SOURCES, into=into or native.BUILT, key=_header_key(inst),
+                     **_build_args(inst))
     except OSError as e:
         raise CuptiMissing(f"the CUPTI injection library cannot be built against {inst.where} "
                            f"({e})") from None
+
+
+def injection_library(inst: Cupti) -> str:
+    """The injection library built for ``inst`` when clockalign was installed; CuptiMissing
+    saying what to run where there is none (another CUPTI than the one found then)."""
+    path = native.built_path("ca_cupti", SOURCES, _key(inst))
+    if not path.is_file():
+        raise CuptiMissing(f"the CUPTI injection library is not built for {inst.where}: "
+                           "run scripts/setup.sh, or sudo python3 -m clockalign.native.build "
+                           "with the same CLOCKALIGN_CUPTI")
+    return str(path)

@@ -1,7 +1,7 @@
 """``record --gpu-activity``: inject CUPTI into a spawned command and stream its records.
 
-Before the command is forked, ``GpuActivity.prepare(env)`` finds CUPTI (capture/cupti.py),
-builds the injection library (native/ca_cupti.c) for it, makes a FIFO in a private
+Before the command is forked, ``GpuActivity.prepare(env)`` finds CUPTI (capture/cupti.py)
+and the injection library (native/ca_cupti.c) built for it at install, makes a FIFO in a private
 directory and puts CUDA_INJECTION64_PATH and the library's settings into the command's
 environment.  libcuda loads the library at cuInit in every process of the command that
 uses CUDA; each writes packets of fixed-size records into the FIFO (capture/gpuwire.py).
@@ -15,7 +15,7 @@ With --pid (``prepare_live``), the library is loaded into each running target th
 ptrace once the reader runs (``attach_live``, capture/cupti_attach.py), one FIFO per target
 (a container's is in its own root), and detached first thing at ``stop``.
 
-    act = GpuActivity(raw=True); act.prepare(env)   # CuptiMissing / NativeBuildError
+    act = GpuActivity(raw=True); act.prepare(env)   # CuptiMissing
     act.start(writer) ... act.stop(); act.stats()
 """
 import fcntl
@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from ..store.schema import GPU_RAW_STATES, Chunk, GpuKind
-from .cupti import build_injection, find_cupti
+from .cupti import find_cupti, injection_library
 from .gpuwire import WireParser
 
 F_SETPIPE_SZ = 1031
@@ -77,13 +77,13 @@ class GpuActivity(threading.Thread):
 
     # -- before the fork -------------------------------------------------------------
     def prepare(self, env: dict) -> dict:
-        """Find CUPTI, build the library, make the FIFO; adds the command's variables to env."""
+        """Find CUPTI and its injection library, make the FIFO; adds the command's variables to env."""
         if env.get("CUDA_INJECTION64_PATH"):
             from .cupti import CuptiMissing
             raise CuptiMissing("the command's environment already sets CUDA_INJECTION64_PATH "
                                f"({env['CUDA_INJECTION64_PATH']}): another tool injects into "
                                "CUDA, and only one can")
-        self._build(env)
+        self._find(env)
         path = os.path.join(self._dir, "activity.fifo")
         os.mkfifo(path, 0o600)
         self._open_fifo(path)
@@ -92,9 +92,9 @@ class GpuActivity(threading.Thread):
                     "CLOCKALIGN_CUPTI_RAW": "1" if self.raw else "0"})
         return env
 
-    def _build(self, env):
+    def _find(self, env):
         self.cupti = find_cupti(env)
-        self.library = build_injection(self.cupti)
+        self.library = injection_library(self.cupti)
         self._dir = tempfile.mkdtemp(prefix="clockalign-cupti-")
 
     def _open_fifo(self, path):
@@ -108,13 +108,13 @@ class GpuActivity(threading.Thread):
         self._parsers.append(self._fifos[-1][2])
 
     def prepare_live(self, pids, env) -> list:
-        """--pid: find CUPTI, build the library and make each target's FIFO; returns one
+        """--pid: find CUPTI and its injection library and make each target's FIFO; returns one
         sentence per target that gets no GPU activity (the others are attached by
         ``attach_live``, once the reader runs).  CuptiMissing when none can be had."""
         from .cupti_attach import CuptiAttachError, LiveCupti, refusal
         notes = []
         self.live_mode = True
-        self._build(env)
+        self._find(env)
         for pid in pids:
             why = refusal(pid)
             if why:

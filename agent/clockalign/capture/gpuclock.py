@@ -19,10 +19,9 @@ Every sandwich is returned raw; the align stage picks and fits.
     method, t0, remote, t1 = clock.burst(64)
     clock.close()
 
-The ping-pong's host side is clockalign/native/ca_pingpong.c (built with gcc at first use, called
-through ctypes with the GIL released): its best round trip is shorter than the Python
-loop's, and the band half-width follows the best round trip.  Where it cannot be built the
-Python loop below is used and ``native_note`` says why; CLOCKALIGN_PINGPONG=python forces it.
+The ping-pong's host side is clockalign/native/ca_pingpong.c (built at install, called
+through ctypes with the GIL released): its best round trip is shorter than a Python loop's,
+and the band half-width follows the best round trip.
 
 The kernel's answer is one 8-byte word, its %globaltimer with the request's low 5 bits in
 place of the timer's (ptx ca_pingpong_word, no fence), wherever the tick kernel's values are
@@ -35,7 +34,6 @@ cuda-bindings is imported lazily: ``from cuda.bindings import driver`` (12.8 and
 sentence; callers fall back or go on CPU-only.
 """
 import ctypes
-import os
 import time
 from pathlib import Path
 
@@ -67,45 +65,31 @@ class GpuClockError(ClockalignError):
     """CUDA is missing or failed while probing a GPU clock (one sentence)."""
 
 
-_native = None          # the C loop, False when it cannot be had
-native_note = None      # why the Python loop is used
+_native = None          # the C loops, by answer (one word or fenced)
 
 
 def native_loop(word: bool = False):
-    """ca_pingpong() (or, with word, ca_pingpong_word()) of native/ca_pingpong.c, or None
-    (``native_note`` says why)."""
-    global _native, native_note
+    """ca_pingpong() (or, with word, ca_pingpong_word()) of native/ca_pingpong.c;
+    NativeMissing where it is not built."""
+    global _native
     if _native is None:
-        if os.environ.get("CLOCKALIGN_PINGPONG") == "python":
-            _native = False
-            native_note = "CLOCKALIGN_PINGPONG=python asks for the Python ping-pong loop"
-            return None
         from .. import native
         lib = native.load("ca_pingpong")
-        if lib is None:
-            _native = False
-            native_note = (f"the native ping-pong loop is not available "
-                           f"({native.why_not('ca_pingpong')}); the Python loop is used, whose "
-                           "best round trip (and so the band) is wider")
-            return None
         for f in (lib.ca_pingpong, lib.ca_pingpong_word):
             f.restype = ctypes.c_int
             f.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int, ctypes.c_int64,
                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                           ctypes.POINTER(ctypes.c_int)]
         _native = {False: lib.ca_pingpong, True: lib.ca_pingpong_word}
-    return _native[word] if _native else None
+    return _native[word]
 
 
 def word_protocol_note(tick_values) -> str:
     """Why the fenced (value, fence, sequence) answer is used, or "" for the one-word one.
 
     The one-word answer (ptx ca_pingpong_word) drops %globaltimer's low 5 bits, so it is
-    used only where every value the tick kernel saw is a multiple of 32 (the H200's are);
-    CLOCKALIGN_PINGPONG_ANSWER=fenced asks for the fenced one anyway.
+    used only where every value the tick kernel saw is a multiple of 32 (the H200's are).
     """
-    if os.environ.get("CLOCKALIGN_PINGPONG_ANSWER") == "fenced":
-        return "CLOCKALIGN_PINGPONG_ANSWER=fenced asks for it"
     vals = np.asarray(tick_values, dtype=np.int64)
     if not len(vals):
         return "the tick kernel returned no %globaltimer values"
@@ -336,10 +320,9 @@ class GpuClock:
         words = (ctypes.c_uint64 * (BUF_BYTES // 8)).from_address(self._host)
         self._mem = np.ctypeslib.as_array(words)
         self._mem[:] = 0
-        # ctypes words for the hot loop: each .value is one fresh 8-byte load or store.
+        # ctypes words: each .value is one fresh 8-byte load or store.
         at = ctypes.c_uint64.from_address
-        self._req, self._rseq, self._rval = at(self._host + REQ), at(self._host + RESP_SEQ), \
-            at(self._host + RESP_VAL)
+        self._req = at(self._host + REQ)
         self._rword = at(self._host + RESP_WORD)
         self._ready, self._exit = at(self._host + READY), at(self._host + EXIT)
         self._sseq, self._sval = at(self._host + STAMP_SEQ), at(self._host + STAMP_VAL)
@@ -357,8 +340,12 @@ class GpuClock:
         self.info["pingpong_answer"] = "one word" if self._word else "fenced"
         if why_fenced:
             self.info["pingpong_answer_note"] = why_fenced
-        self._native = native_loop(self._word)
-        self.info["host_loop"] = "native" if self._native else "python"
+        from ..native import NativeMissing
+        try:
+            self._native = native_loop(self._word)
+        except NativeMissing as e:
+            raise GpuClockError(str(e)) from None
+        self.info["host_loop"] = "native"
         return self
 
     def _current(self):
@@ -441,61 +428,24 @@ class GpuClock:
             self.last_note = (f"the ping-pong kernel on {self.domain} did not start within "
                               f"{self.ready_timeout_s * 1e3:.0f} ms")
             return t0s[:0], rem[:0], t1s[:0]
-        get = time.clock_gettime_ns
         # Another context's kernels on this GPU delay the start by up to a time slice.
-        self.last_start_wait_ns = get(MONOTONIC) - launched
-        req, rseq, rval, ex = self._req, self._rseq, self._rval, self._exit
+        self.last_start_wait_ns = time.clock_gettime_ns(MONOTONIC) - launched
         timeout_ns = int(self.ping_timeout_s * 1e9)
-        seq = base
-        k = 0
-        want = n
-        if self._native is not None:
-            why = ctypes.c_int(0)
-            k = self._native(self._host, base, n, timeout_ns, t0s.ctypes.data, rem.ctypes.data,
-                             t1s.ctypes.data, ctypes.byref(why))
-            seq = base + k + (k < n)
-            if k < n:
-                self.last_note = (f"ping {k + 1} of {n} on {self.domain} got no answer "
-                                  + ("(the kernel had ended: " + self._exit_text() + ")"
-                                     if why.value == 1 else
-                                     f"within {self.ping_timeout_s * 1e3:.0f} ms"))
-            n = k        # skips the Python loop
-        # The Python loop, for either answer: the word watched and, once its masked bits
-        # say seq, the value (the same load for the one-word answer; RESP_VAL, stored before
-        # RESP_SEQ behind a fence, for the fenced one).
-        word = self._word
-        watch = self._rword if word else rseq
-        mask = WORD_MASK if word else STOP
-        vmask = STOP ^ WORD_MASK
-        while k < n:
-            seq += 1
-            t0 = get(MONOTONIC)
-            req.value = seq
-            spins = 0
-            want_bits = seq & mask
-            while ((w := watch.value) & mask) != want_bits:
-                spins += 1
-                if (spins & 255) == 0 and (ex.value or get(MONOTONIC) - t0 > timeout_ns):
-                    if ((w := watch.value) & mask) == want_bits:   # answered as we gave up
-                        break
-                    w = None
-                    break
-            if w is not None:
-                v = w & vmask if word else rval.value
-                t1 = get(MONOTONIC)
-                t0s[k], rem[k], t1s[k] = t0, v, t1
-                k += 1
-                continue
+        why = ctypes.c_int(0)
+        k = self._native(self._host, base, n, timeout_ns, t0s.ctypes.data, rem.ctypes.data,
+                         t1s.ctypes.data, ctypes.byref(why))
+        seq = base + k + (k < n)
+        if k < n:
             self.last_note = (f"ping {k + 1} of {n} on {self.domain} got no answer "
                               + ("(the kernel had ended: " + self._exit_text() + ")"
-                                 if ex.value else f"within {self.ping_timeout_s * 1e3:.0f} ms"))
-            break
+                                 if why.value == 1 else
+                                 f"within {self.ping_timeout_s * 1e3:.0f} ms"))
         self._seq = seq
-        if k < want:
-            req.value = STOP
+        if k < n:
+            self._req.value = STOP
         # The kernel ends right after its n-th answer; waiting here keeps bursts apart.
         self._wait_idle(0.05)
-        ev = ex.value
+        ev = self._exit.value
         self.last_exit = (ev & 0xFF, ev >> 8) if ev else None
         return t0s[:k], rem[:k], t1s[:k]
 

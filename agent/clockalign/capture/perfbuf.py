@@ -1,8 +1,10 @@
-"""Per-CPU perf buffers for BPF records, opened and mapped by us, read in bulk with numpy.
+"""Per-CPU perf buffers for BPF records, opened and mapped by us, read in bulk by C.
 
-The transport before the slot rings (slotring.py), kept as CLOCKALIGN_BUFFERS=perf: sending
-a record through bpf_perf_event_output cost the CUDA return probe 68-161 ns more than writing
-it in place into a slot ring on the H200 (results/overhead.md, runs h200-12 and h200-13).
+The transport before the slot rings (slotring.py), kept as their automatic fall-back where
+they do not load (no BPF compare-and-swap or mmapable arrays: before Linux 5.12; bpfprog.py
+Probes): sending a record through bpf_perf_event_output cost the CUDA return probe 68-161 ns
+more than writing it in place into a slot ring on the H200 (results/overhead.md, runs h200-12
+and h200-13).
 
 Why not the BPF ring buffer: on these 6.18 kernels `bpf_ringbuf_reserve` failed about once
 in 100k-400k records with ONE producer and the ring 3 % full (scripts/bench_probe_cost.py,
@@ -16,8 +18,8 @@ wakeup (an IRQ work, a self-IPI: a VM exit here) after every record.  We never s
 the buffers (the recorder polls), so the wakeup watermark is set past the buffer's size.
 
 Each record is a PERF_RECORD_SAMPLE: header(8) | u32 raw size | raw data | pad to 8, so with
-one fixed-size BPF struct every sample has the same stride and one numpy view decodes a
-whole CPU's batch; anything else in the buffer (LOST records) is stepped over and counted.
+one fixed-size BPF struct every sample has the same stride; native/batch.c's ca_drain copies
+the bodies of a whole CPU's batch and steps over anything else (LOST records), counting it.
 
     bufs = PerfBuffers(bpf["events"], per_cpu_bytes=4 << 20, dtype=EVENT_DTYPE)
     batch = bufs.read()              # EVENT_DTYPE array, every CPU, sorted by ts
@@ -43,7 +45,6 @@ NR_PERF_EVENT_OPEN = 298          # x86-64
 PERF_EVENT_IOC_ENABLE = 0x2400
 HEAD_OFF, TAIL_OFF = 1024, 1032   # perf_event_mmap_page.data_head / data_tail
 _U64 = struct.Struct("<Q")
-_HDR = struct.Struct("<IHH")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -97,77 +98,31 @@ def sample_dtype(body: np.dtype) -> np.dtype:
                      "offsets": [0, 6, 12], "itemsize": stride})
 
 
-def parse_samples(buf: bytes, rec: np.dtype):
-    """([arrays of bodies], records lost, samples of another size) from one CPU's batch.
-    Runs of fixed-stride samples are numpy views; whatever breaks the stride (a
-    PERF_RECORD_LOST after an overflow) is stepped over by its own size and counted, so an
-    overloaded buffer costs no Python per record.  The same counts as native/batch.c's."""
-    stride = rec.itemsize
-    parts, lost, malformed, pos, end = [], 0, 0, 0, len(buf)
-    while end - pos >= 8:
-        n = (end - pos) // stride
-        if n:
-            recs = np.frombuffer(buf, dtype=rec, count=n, offset=pos)
-            bad = np.flatnonzero((recs["type"] != PERF_RECORD_SAMPLE) | (recs["size"] != stride))
-            good = int(bad[0]) if len(bad) else n
-            if good:
-                parts.append(recs["body"][:good])
-            pos += good * stride
-            if good == n:
-                continue
-        typ, _, size = _HDR.unpack_from(buf, pos)
-        if size < 8:
-            break                                  # not a record: the kernel never writes one
-        if typ == PERF_RECORD_LOST and pos + 24 <= end:
-            lost += _U64.unpack_from(buf, pos + 16)[0]
-        elif typ == PERF_RECORD_SAMPLE:
-            malformed += 1
-        pos += size
-    return parts, lost, malformed
-
-
 class PerfBuffers(EventBuffers):
     """The per-CPU buffers behind one BPF_PERF_OUTPUT map; read() drains them all."""
 
     READER_MODE = 0               # native/reader.c MODE_PERF
 
-    def __init__(self, table, per_cpu_bytes: int, dtype: np.dtype, cpus=None,
-                 native: bool = True):
-        super().__init__(dtype, native)   # lost: from PERF_RECORD_LOST, the kernel's count
+    def __init__(self, table, per_cpu_bytes: int, dtype: np.dtype, cpus=None):
+        super().__init__(dtype)   # lost: from PERF_RECORD_LOST, the kernel's count
         self.size = per_cpu_bytes
         self.mask = per_cpu_bytes - 1
         self._rec = sample_dtype(self.dtype)
         self.stride = self._rec.itemsize
         self._page = mmap.PAGESIZE
         self._bufs = []
-        self._addrs = []              # ctypes views of each mapping's data area (native drain)
+        self._addrs = []              # ctypes views of each mapping's data area (C drain)
         try:
             for cpu in (online_cpus() if cpus is None else cpus):
                 fd = _open_event(cpu, per_cpu_bytes)
                 mm = mmap.mmap(fd, self._page + per_cpu_bytes, mmap.MAP_SHARED,
                                mmap.PROT_READ | mmap.PROT_WRITE)
                 self._bufs.append((cpu, fd, mm))
-                if self.native:
-                    self._addrs.append(ctypes.c_char.from_buffer(mm, self._page))
+                self._addrs.append(ctypes.c_char.from_buffer(mm, self._page))
                 table[table.Key(cpu)] = table.Leaf(fd)
         except BaseException:
             self.close()
             raise
-
-    def _drain_one(self, mm) -> list:
-        tail, head = self._fill(mm)
-        avail = head - tail
-        if avail <= 0:
-            return []
-        start = self._page + (tail & self.mask)
-        end = start + avail
-        limit = self._page + self.size
-        buf = mm[start:end] if end <= limit else mm[start:limit] + mm[self._page:end - self.size]
-        _U64.pack_into(mm, TAIL_OFF, head)
-        parts, lost, malformed = parse_samples(buf, self._rec)
-        self.lost += lost
-        self.malformed += malformed
-        return parts
 
     def _fill(self, mm):
         """(tail, head) of one buffer, with the fill bookkeeping."""
@@ -184,7 +139,7 @@ class PerfBuffers(EventBuffers):
         return ([ctypes.addressof(v) for v in views],
                 [ctypes.addressof(a) for a in self._addrs], self.size, views)
 
-    def _read_native(self) -> np.ndarray:
+    def _read_pass(self) -> np.ndarray:
         """The C helper copies each CPU's samples straight into one array (no per-CPU views,
         no concatenation); a merge of several CPUs is one argsort and one row gather."""
         self.last_fill = 0.0
@@ -205,13 +160,6 @@ class PerfBuffers(EventBuffers):
             cpus += got > 0
             n += got
         return self._took(out, ts, n, cpus)
-
-    def _read_numpy(self) -> np.ndarray:
-        parts = []
-        self.last_fill = 0.0
-        for _, _, mm in self._bufs:
-            parts.extend(self._drain_one(mm))
-        return self._merged(parts)
 
     def _close_buffers(self):
         self._addrs = []              # the mappings cannot close while a view is exported

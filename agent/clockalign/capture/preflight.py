@@ -106,6 +106,13 @@ def check_headers() -> Check:
     return Check("kernel headers", True, f"BPF compiles ({os.path.realpath(build)})")
 
 
+def check_native():
+    """The C helpers every recording runs, built at install (native/build.py)."""
+    from .. import native
+    return [Check(f"C helper for {what}", path is not None, str(path) if path else why,
+                  native.HOW_TO_BUILD) for what, path, why in native.check()]
+
+
 def check_tracepoints():
     out = []
     for cat, ev in REQUIRED_TRACEPOINTS + OPTIONAL_TRACEPOINTS:
@@ -176,11 +183,11 @@ def check_gpu_clock() -> Check:
 
 
 def check_cupti() -> Check:
-    """CUPTI for record --gpu-activity: found, and the injection library builds against it."""
-    from .cupti import build_injection, find_cupti
+    """CUPTI for record --gpu-activity: found, and the injection library built against it."""
+    from .cupti import find_cupti, injection_library
     try:
         inst = find_cupti()
-        build_injection(inst)
+        injection_library(inst)
     except ClockalignError as e:
         return Check("CUPTI (--gpu-activity)", False, str(e), required=False)
     return Check("CUPTI (--gpu-activity)", True, f"{inst.lib} ({inst.where}); injection "
@@ -189,8 +196,8 @@ def check_cupti() -> Check:
 
 def _check_steps(pid=None, libcuda=None, needs_cuda=True, full=True):
     """Checks in order, as callables, so `require` stops at the first failure."""
-    steps = [check_architecture, check_privileges, check_tracefs, check_bcc, check_headers,
-             check_tracepoints]
+    steps = [check_architecture, check_native, check_privileges, check_tracefs, check_bcc,
+             check_headers, check_tracepoints]
     if needs_cuda:
         steps += [check_uprobes, lambda: check_libcuda(pid, libcuda, required=False)]
     if full:

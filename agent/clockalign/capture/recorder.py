@@ -4,8 +4,9 @@
     summary = rec.run()      # blocks until --duration, Ctrl-C/SIGTERM or the targets' exit
 
 The event path stays bulk: the per-CPU slot rings (slotring.py; perf buffers, perfbuf.py, where
-they do not load) are read as numpy batches and each batch becomes one columnar chunk; the
-clock probe and the counter sampler run in their own threads and write their own chunks.
+they do not load) are read by a C thread (drain.py) as numpy batches and each batch becomes
+one columnar chunk; the clock probe and the counter sampler run in their own threads and
+write their own chunks.
 """
 import dataclasses
 import os
@@ -118,7 +119,7 @@ class Recorder:
         self.arming = None           # seconds arming took, in all and by step (Arming)
         self._armed_s = None         # of which until the probes were attached
         self._ended_early = []       # --pid targets that ended before the probes were armed
-        self._reader_kind = None     # which: "native" (a C thread) or "python"
+        self._reader_kind = None     # the trailer's buffer_reader (drain.py)
 
     # ---------------------------------------------------------------- setup
     def notice(self, text, level="notice", echo=True):
@@ -302,7 +303,7 @@ class Recorder:
                 # Read the buffers from the moment the probes fire: the writer, the thread
                 # snapshot and the helpers' start (a GPU clock's module load and tick kernel)
                 # take ~0.1 s, in which one busy thread fills its CPU's buffer.
-                self._drain = start_drain(probes.ring, next_poll_s)
+                self._drain = start_drain(probes.ring)
                 self._reader_kind = self._drain.kind
                 self.arming = arm.done()
                 self._armed_s = self.arming["probes_armed_s"] = self.arming["total_s"]
@@ -314,12 +315,6 @@ class Recorder:
                     self.writer.write_rows(Chunk.NOTICES, self.notices)
                     for n in probes.notes:
                         self.notice(n)
-                    if probes.ring is not None and not probes.ring.native:
-                        from ..native import batch as native_batch
-                        self.notice("the native batch helper is not available "
-                                    f"({native_batch.why_unavailable() or 'disabled'}): events are "
-                                    "read with numpy, which sustains about a third of the rate",
-                                    "warning")
                     if probes.missing_cuda and cuda_lib:
                         self.writer.write_rows(Chunk.NOTICES, [{
                             "t_ns": _now(), "level": "info",
@@ -426,8 +421,7 @@ class Recorder:
         fire: a module import holds the GIL in long stretches (an extension module's init
         is one C call; importing align, scipy.optimize, kept a sleeping thread from running
         for up to 26 ms on the VM).  The C reader thread does not need the GIL, but the
-        Python one (CLOCKALIGN_DRAIN=python, or no C compiler) reads no buffer meanwhile,
-        and the recording thread takes no batch.  Import errors are left for the helpers to
+        recording thread takes no batch meanwhile.  Import errors are left for the helpers to
         report as they do now."""
         o = self.opts
         try:
@@ -756,15 +750,6 @@ def _check_command(argv, env) -> None:
     if head != b"\x7fELF" and not head.startswith(b"#!"):
         raise ClockalignError(f"cannot run {argv[0]}: it is neither a program nor a script "
                               "starting with #! (exec would fail: exec format error)")
-
-
-def next_poll_s(fill: float, since_last_read_s: float, busy_s: float) -> float:
-    """How long to sleep before the next read: POLL_S, or less where the fullest CPU
-    buffer, filling as fast as it did since the last read, would be half full by then."""
-    if fill <= 0 or since_last_read_s <= 0:
-        return POLL_S
-    rate = fill / since_last_read_s            # buffer fractions per second
-    return max(0.0005, min(POLL_S, 0.5 / rate - busy_s))
 
 
 def _drop_reason(drops: dict, peak: float) -> str:

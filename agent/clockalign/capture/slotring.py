@@ -1,7 +1,7 @@
 """Per-CPU slot rings: the BPF programs write each record in place, no helper call.
 
-Why not the perf buffers (perfbuf.py, still there as CLOCKALIGN_BUFFERS=perf): sending a
-record with bpf_perf_event_output runs the kernel's perf output path (sample set-up, header,
+Why not the perf buffers (perfbuf.py, kept for kernels where these rings do not load):
+sending a record with bpf_perf_event_output runs the kernel's perf output path (sample set-up, header,
 copy, the nesting and wakeup bookkeeping) for every CUDA call: on the H200 the CUDA probes
 took 259-403 ns of BPF time a call with it and 188-192 ns with these rings, the empty
 programs 72 ns (scripts/bench_probe_cost.py, results/overhead.md, runs h200-12, h200-13).  Here each CPU has a ring of fixed 128-byte slots in one mmapable BPF array
@@ -54,8 +54,8 @@ class SlotRings(EventBuffers):
 
     READER_MODE = 1               # native/reader.c MODE_SLOTS
 
-    def __init__(self, ctl_table, ring_table, cpus: int, slots: int, dtype, native=True):
-        super().__init__(dtype, native)
+    def __init__(self, ctl_table, ring_table, cpus: int, slots: int, dtype):
+        super().__init__(dtype)
         if slots & (slots - 1):
             raise ValueError("slots must be a power of two")
         self.cpus = cpus
@@ -71,10 +71,9 @@ class SlotRings(EventBuffers):
         self._ctl = self._ctl.reshape(cpus, CTL_BYTES // 8)
         self._rows = np.frombuffer(self._ring_mm, self.dtype, count=cpus * slots)
         self._rows = self._rows.reshape(cpus, slots)
-        self._views = []              # ctypes views of the two mappings (native drain)
-        if self.native:
-            self._views = [ctypes.c_char.from_buffer(self._ctl_mm),
-                           ctypes.c_char.from_buffer(self._ring_mm)]
+        # ctypes views of the two mappings, which the C drain reads through
+        self._views = [ctypes.c_char.from_buffer(self._ctl_mm),
+                       ctypes.c_char.from_buffer(self._ring_mm)]
 
     def _spans(self):
         """(cpu, tail, head) of every ring that holds records, with the fill bookkeeping.
@@ -97,7 +96,7 @@ class SlotRings(EventBuffers):
         datas = [self._addr(1, c * self.size) for c in range(self.cpus)]
         return ctls, datas, self.size, list(self._views)
 
-    def _read_native(self) -> np.ndarray:
+    def _read_pass(self) -> np.ndarray:
         spans = self._spans()
         room = sum(head - tail for _, tail, head in spans)
         out = np.empty(room, self.dtype)
@@ -110,20 +109,6 @@ class SlotRings(EventBuffers):
             cpus += got > 0
             n += got
         return self._took(out, ts, n, cpus)
-
-    def _read_numpy(self) -> np.ndarray:
-        parts = []
-        for cpu, tail, head in self._spans():
-            idx = np.arange(tail, head, dtype=np.uint64) % np.uint64(self.slots)
-            rows = self._rows[cpu]
-            got = rows[idx]                            # a copy
-            pending = np.flatnonzero(got["kind"] == 0)
-            n = int(pending[0]) if len(pending) else len(got)
-            if n:
-                rows["kind"][idx[:n]] = 0              # before the tail moves past them
-                self._ctl[cpu, TAIL_WORD] = tail + n
-                parts.append(got[:n])
-        return self._merged(parts, views=False)        # rows[idx] copied them
 
     def _close_buffers(self):
         self._views = []              # the mappings cannot close while a view is exported
