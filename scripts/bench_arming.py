@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 AGENT = os.path.join(HERE, "..", "agent")
 sys.path.insert(0, AGENT)
 
-from clockalign.capture.bpfprog import import_bcc                    # noqa: E402
+from clockalign.capture.probes.cflags import import_bcc  # noqa: E402
 from clockalign.capture.recorder import Recorder, RecordOptions      # noqa: E402
 from clockalign.store.reader import RunReader                        # noqa: E402
 from clockalign.workloads.standin import build                       # noqa: E402

@@ -51,9 +51,10 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 
-from clockalign.capture import bpfinfo  # noqa: E402
-from clockalign.capture.bpfprog import Probes, ProbeOptions, import_bcc  # noqa: E402
-from clockalign.capture.perfbuf import PerfBuffers  # noqa: E402
+from clockalign.capture.probes import bpfinfo  # noqa: E402
+from clockalign.capture.probes.cflags import ProbeOptions, import_bcc  # noqa: E402
+from clockalign.capture.probes.program import Probes  # noqa: E402
+from clockalign.capture.transport.perfbuf import PerfBuffers  # noqa: E402
 sys.path.insert(0, str(HERE / "bench"))
 from ringbuf import RingReader  # noqa: E402  (the BPF ring buffer, for comparison)
 from clockalign.store.schema import CUDA_FUNCTIONS  # noqa: E402
@@ -319,7 +320,7 @@ class bpf_stats:
 
 # ---------------------------------------------------------------- every BPF program (bpf())
 # A recorder's programs live in its own process, out of reach of this one's fdinfo: the
-# bpf() syscall walks every program of the system by id instead (clockalign/capture/bpfinfo.py).
+# bpf() syscall walks every program of the system by id instead (capture/probes/bpfinfo.py).
 def system_progs() -> dict:
     """{id: (name, run_cnt, run_time_ns, jited)} of every BPF program loaded now."""
     return {i: (v["name"], v["run_cnt"], v["run_time_ns"], "1" if v["jited"] else "0")
@@ -505,7 +506,7 @@ class WatchRecording(Recording):
 def link_empty_multi(empty, lib, pid=0):
     """The empty program of the BPF object empty on lib's cuLaunchKernel entry and return, as
     uprobe_multi links (how clockalign attaches; pid 0: every process): their detach()."""
-    from clockalign.capture.uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
+    from clockalign.capture.probes.uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
     BPF = type(empty)
     path, off = BPF._check_path_symbol(lib, "cuLaunchKernel", 0, -1)
     fn = empty.load_func("e", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
@@ -763,7 +764,7 @@ def _lost(b):
 
 # ---------------------------------------------------------------- part: model
 def real_libcuda():
-    from clockalign.capture.libcuda import resolve_like_loader
+    from clockalign.capture.probes.libcuda import resolve_like_loader
     path, _ = resolve_like_loader(dict(os.environ))
     return path
 
@@ -799,8 +800,8 @@ def part_model(rounds, window_s, settle_s, only=None):
         for cfg in order:
             rec, attached, links = None, [], []
             if cfg == "pair_empty_multi":
-                from clockalign.capture.uprobe_multi import (BPF_TRACE_UPROBE_MULTI,
-                                                             link_uprobe_multi)
+                from clockalign.capture.probes.uprobe_multi import (BPF_TRACE_UPROBE_MULTI,
+                                                                    link_uprobe_multi)
                 offs = sorted({BPF._check_path_symbol(lib, s_, 0, -1)[1] for s_ in symbols
                                if _exports(lib, s_)})
                 fn = empty.load_func("e", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)

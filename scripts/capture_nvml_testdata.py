@@ -12,7 +12,7 @@ Writes, under --out (default tests/data/nvml):
                      host<->device copies), when torch is importable
 
 Raw records are exactly what NvmlReader gives the decoder (see
-agent/clockalign/capture/counters/nvml_decode.py), so tests replay them through the
+agent/clockalign/capture/gpu/counters/nvml_decode.py), so tests replay them through the
 recorder's own decoding.  Run from the repository root on the GPU host:
 
     python3 scripts/capture_nvml_testdata.py --out tests/data/nvml
@@ -33,8 +33,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
 
-from clockalign.capture.counters import nvml_decode  # noqa: E402
-from clockalign.capture.counters.nvml import NvmlReader, gpu_inventory, load_pynvml  # noqa: E402
+from clockalign.capture.gpu.counters import nvml_decode  # noqa: E402
+from clockalign.capture.gpu.counters.nvml import (  # noqa: E402
+    NvmlReader, gpu_inventory, load_pynvml)
 
 FORMAT = "clockalign-nvml-capture"
 VERSION = 1
@@ -224,7 +225,7 @@ def load_burst(reader, gpu, seconds, interval_s):
 
 def sampler_run(gpus, seconds, interval_s):
     """A real CounterSampler into a temporary run file; its stats and what came back."""
-    from clockalign.capture.counters import CounterSampler, open_backend
+    from clockalign.capture.gpu.counters import CounterSampler, open_backend
     from clockalign.store.counter_fields import FIELDS
     from clockalign.store.reader import RunReader
     from clockalign.store.schema import Chunk

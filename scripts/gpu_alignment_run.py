@@ -85,7 +85,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     from clockalign.align.sandwiches import Sandwiches, run_sandwiches, write_csv
-    from clockalign.capture.clockprobe import ClockProbeThread
+    from clockalign.capture.clocks.clockprobe import ClockProbeThread
     from clockalign.store.reader import RunReader
     from clockalign.store.schema import Chunk, ClockDomain
     from clockalign.store.writer import RunWriter

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agent"))
-from clockalign.capture.gpuclock import _check  # noqa: E402
+from clockalign.capture.clocks.cudadriver import check as _check  # noqa: E402
 from clockalign.workloads.matmul_loop import load_until  # noqa: E402
 from clockalign.workloads.selfstamp import Stamper  # noqa: E402
 

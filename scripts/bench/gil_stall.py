@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Does a recording survive the GIL being held?  The buffer reader as a Python thread
 (scripts/bench/python_reader.py, the benchmark's arm) against clockalign's C thread
-(native/reader.c, capture/drain.py), interleaved.
+(native/reader.c, capture/transport/drain.py), interleaved.
 
 One storm thread calls the stand-in cuLaunchKernel flat out for --seconds under an
 in-process Recorder (--pid, everything on but counters and GPU clock), whose extra sink holds

@@ -28,8 +28,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "agent"))
 from clockalign.align import fit_sandwiches  # noqa: E402
 from clockalign.align.stats import pct  # noqa: E402
-from clockalign.capture import gpuclock  # noqa: E402
-from clockalign.capture.gpuclock import METHOD_PINGPONG, GpuClock  # noqa: E402
+from clockalign.capture.clocks import gpuclock  # noqa: E402
+from clockalign.capture.clocks.gpuclock import METHOD_PINGPONG, GpuClock  # noqa: E402
 
 LOAD = """
 import torch, time

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clockalign.capture.cupti import CuptiMissing, find_cupti
-from clockalign.capture.gpuclock import native_loop
+from clockalign.capture.gpu.cupti import CuptiMissing, find_cupti
+from clockalign.capture.clocks.gpuclock import native_loop
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,10 +4,10 @@ import time
 import numpy as np
 import pytest
 
-from clockalign.capture import gpuclock
-from clockalign.capture.clockprobe import ClockProbeThread
-from clockalign.capture.gpuclock import (METHOD_LAUNCH_SYNC, METHOD_PINGPONG, GpuClock,
-                                         GpuClockError)
+from clockalign.capture.clocks import gpuclock
+from clockalign.capture.clocks.clockprobe import ClockProbeThread
+from clockalign.capture.clocks.cudadriver import GpuClockError
+from clockalign.capture.clocks.gpuclock import METHOD_LAUNCH_SYNC, METHOD_PINGPONG, GpuClock
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import Chunk
 from clockalign.store.writer import RunWriter

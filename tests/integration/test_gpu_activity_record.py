@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clockalign.capture.cupti import find_cupti
+from clockalign.capture.gpu.cupti import find_cupti
 from clockalign.native.build import build
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import Chunk, GpuKind
@@ -199,7 +199,7 @@ def test_where_it_cannot_work_it_says_so_once_first(fake_install, fakecuda, tmp_
         if os.path.exists("/proc/driver/nvidia/version"):
             pytest.skip("this host has an NVIDIA driver loaded")
     elif host == "no-libcuda":
-        from clockalign.capture.libcuda import resolve_like_loader
+        from clockalign.capture.probes.libcuda import resolve_like_loader
         env.pop("LD_LIBRARY_PATH")
         if resolve_like_loader(env)[0] is not None:
             pytest.skip("this host's loader finds a libcuda.so.1")

@@ -300,7 +300,7 @@ def test_bad_input_one_sentence_each(fakecuda, tmp_path):
         env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
         p = run_clockalign("record", "--pid", str(sleeper.pid), "-o", str(tmp_path / "z.ca"),
                            *BASE, "--duration", "0.5", env=env)
-        from clockalign.capture.libcuda import resolve_like_loader
+        from clockalign.capture.probes.libcuda import resolve_like_loader
         if resolve_like_loader(env)[0] is None:
             assert p.returncode != 0 and "Traceback" not in p.stderr
             assert f"process {sleeper.pid} has not loaded libcuda" in p.stderr

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clockalign.capture import gpuwire
+from clockalign.capture.gpu import gpuwire
 from clockalign import native
-from clockalign.capture.cupti import (CuptiMissing, build_injection, find_cupti,
-                                      injection_library)
-from clockalign.capture.gpuactivity import GpuActivity
+from clockalign.capture.gpu.cupti import (CuptiMissing, build_injection, find_cupti,
+                                          injection_library)
+from clockalign.capture.gpu.gpuactivity import GpuActivity
 from clockalign.native import HERE as SOURCE_DIR
 from clockalign.native.build import build
 from clockalign.store.schema import GPU_REC_DTYPE, Chunk, GpuKind

@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from clockalign.capture import gpuclock
-from clockalign.capture.gpuclock import EXIT, REQ, RESP_SEQ, RESP_VAL, RESP_WORD, WORD_MASK
+from clockalign.capture.clocks import gpuclock
+from clockalign.capture.clocks.gpuclock import EXIT, REQ, RESP_SEQ, RESP_VAL, RESP_WORD, WORD_MASK
 
 
 @pytest.fixture

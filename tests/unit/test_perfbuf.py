@@ -5,8 +5,8 @@ import struct
 import numpy as np
 import pytest
 
-from clockalign.capture.perfbuf import (PERF_RECORD_LOST, PERF_RECORD_SAMPLE, per_cpu_size,
-                                        sample_dtype)
+from clockalign.capture.transport.perfbuf import (PERF_RECORD_LOST, PERF_RECORD_SAMPLE,
+                                                  per_cpu_size, sample_dtype)
 from clockalign.native import batch as native_batch
 from clockalign.store.schema import EVENT_DTYPE
 

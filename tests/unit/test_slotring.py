@@ -1,4 +1,5 @@
-"""The slot rings' reader (capture/slotring.py) on memory laid out as the BPF side writes it.
+"""The slot rings' reader (capture/transport/slotring.py) on memory laid out as the BPF side
+writes it.
 
 The two BPF arrays are stood in for by memfds of the same layout (an mmapable BPF array maps
 its values from offset 0 like a file), written here as bpf/probes.c's ring_reserve and
@@ -11,7 +12,7 @@ import time
 
 import pytest
 
-from clockalign.capture.slotring import CTL_BYTES, HEAD_WORD, TAIL_WORD, SlotRings
+from clockalign.capture.transport.slotring import CTL_BYTES, HEAD_WORD, TAIL_WORD, SlotRings
 from clockalign.store.schema import EVENT_DTYPE
 
 CPUS, SLOTS = 3, 16

@@ -7,8 +7,8 @@ import dataclasses
 import os
 
 from ..errors import ClockalignError
-from .bpfprog import import_bcc
-from .tracefs import mount_tracefs, tracefs_dir, tracepoint_exists
+from .probes.cflags import import_bcc
+from .probes.tracefs import mount_tracefs, tracefs_dir, tracepoint_exists
 
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 
@@ -132,7 +132,7 @@ def check_uprobes() -> Check:
 
 
 def check_libcuda(pid=None, explicit=None, required=True) -> Check:
-    from .libcuda import resolve_for_pid, resolve_like_loader
+    from .probes.libcuda import resolve_for_pid, resolve_like_loader
     if explicit:
         ok = os.path.exists(explicit)
         return Check("libcuda", ok, explicit if ok else f"{explicit} does not exist",
@@ -147,7 +147,7 @@ def check_libcuda(pid=None, explicit=None, required=True) -> Check:
 
 def check_counters():
     try:
-        from .counters import available
+        from .gpu.counters import available
     except ImportError as e:
         return [Check("NVML", False, f"counter backends not importable ({e})", required=False)]
     out = []
@@ -161,7 +161,7 @@ def check_counters():
 
 def check_gpus() -> Check:
     try:
-        from .counters import gpu_inventory
+        from .gpu.counters import gpu_inventory
         gpus, why = gpu_inventory()
     except ImportError as e:
         return Check("GPUs", False, f"cannot enumerate ({e})", required=False)
@@ -174,7 +174,7 @@ def check_gpus() -> Check:
 
 def check_gpu_clock() -> Check:
     try:
-        from .gpuclock import gpu_clock_available
+        from .clocks.gpuclock import gpu_clock_available
         ok, reason = gpu_clock_available()
     except Exception as e:
         ok, reason = False, f"gpu clock probe not importable ({e})"
@@ -184,7 +184,7 @@ def check_gpu_clock() -> Check:
 
 def check_cupti() -> Check:
     """CUPTI for record --gpu-activity: found, and the injection library built against it."""
-    from .cupti import find_cupti, injection_library
+    from .gpu.cupti import find_cupti, injection_library
     try:
         inst = find_cupti()
         injection_library(inst)

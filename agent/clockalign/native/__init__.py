@@ -1,7 +1,7 @@
 """Small C helpers, loaded with ctypes: the event buffers' reader thread and the recorder's
 per-event work (reader.c with batch.c), the GPU clock ping-pong's host loop (ca_pingpong.c),
 and the CUPTI injection library of record --gpu-activity (ca_cupti.c, built against the CUPTI
-headers of the libcupti it will load: capture/cupti.py).
+headers of the libcupti it will load: capture/gpu/cupti.py).
 
 They are built when clockalign is installed, never when a command runs: scripts/setup.sh,
 scripts/install_bundle.sh and pip install run ``python3 -m clockalign.native.build``

@@ -88,7 +88,7 @@ def build_all(into=None, cupti: bool = True) -> list:
         _drop_older(into, name, path)
         lines.append(f"built {what}: {path}")
     if cupti:
-        from ..capture.cupti import CuptiMissing, build_injection, find_cupti
+        from ..capture.gpu.cupti import CuptiMissing, build_injection, find_cupti
         try:
             inst = find_cupti()
         except CuptiMissing as e:

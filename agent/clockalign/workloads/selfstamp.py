@@ -12,7 +12,7 @@ import ctypes
 
 import numpy as np
 
-from ..capture.gpuclock import _check, driver, init_driver
+from ..capture.clocks.cudadriver import check as _check, driver, init_driver
 
 PTX = r"""
 .version 6.0
