@@ -45,7 +45,7 @@
 BPF_PERF_OUTPUT(events);
 #else
 #ifdef CA_TEST_NO_SLOT_RINGS
-#error "slot rings refused (CLOCKALIGN_TEST_NO_SLOT_RINGS): tests and benchmarks of the perf-buffer fall-back"
+#error "slot rings refused (CLOCKALIGN_TEST_NO_SLOT_RINGS): perf-buffer fall-back tests"
 #endif
 #ifndef CA_RING_SLOTS
 #define CA_RING_SLOTS 65536     /* records per CPU, a power of two */

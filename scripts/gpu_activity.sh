@@ -30,7 +30,8 @@ scripts/install_bundle.sh "$B" > "$out/install.txt" 2>&1 || { cat "$out/install.
 } > "$out/host.txt" 2>&1; cat "$out/host.txt"
 log build
 python3 - > "$out/build.txt" 2>&1 <<'PY'
-from clockalign.capture import cupti, gpuclock
+from clockalign.capture.clocks import gpuclock
+from clockalign.capture.gpu import cupti
 inst = cupti.find_cupti(); print("cupti:", inst)
 print("injection library:", cupti.injection_library(inst))
 print("native ping-pong:", gpuclock.native_loop())

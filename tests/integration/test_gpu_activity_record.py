@@ -1,7 +1,8 @@
 """record --gpu-activity end to end with real BPF and a stand-in libcupti (tests/unit/
 fakecupti.c) installed where $CLOCKALIGN_CUPTI points: the recorder finds it and the
-injection library setup built for its headers (the real ones, linked), puts it into the command's environment, and the records the command's
-"CUDA" hands to it reach the run file, the trailer and the notices."""
+injection library setup built for its headers (the real ones, linked), puts it into the
+command's environment, and the records the command's "CUDA" hands to it reach the run file,
+the trailer and the notices."""
 import os
 import shutil
 import signal

@@ -15,7 +15,8 @@ Examples:
 @click.option("--pid", type=int, help="Check libcuda for this process.")
 def command(pid):
     """Check the C helpers, privileges, tracefs, BCC, kernel headers, tracepoints, uprobes,
-    libcuda, NVML/DCGM and GPUs; say what to do about each one missing. Exits 1 if a requirement is missing."""
+    libcuda, NVML/DCGM and GPUs; say what to do about each one missing. Exits 1 if a
+    requirement is missing."""
     checks = run_checks(pid=pid)
     for c in checks:
         click.echo(c.line())

@@ -36,15 +36,18 @@ def _first_error(stderr: str) -> str:
 
 
 def build(name: str, sources=None, include_dirs=(), libs=(), defines=(), cflags=(),
-          into=None, key: bytes = b"") -> str:
+          into=None, key: bytes = None) -> str:
     """Path of the shared object NAME-<digest>.so built from ``sources`` (default NAME.c in
     this directory; names here or paths) into ``into`` (default: a temporary directory of
-    this user's), kept there by the digest of the sources, key and flags.  OSError saying
-    why when there is no compiler or the build fails."""
+    this user's), kept there by the digest of the sources, the flags and ``key``: what the
+    caller says the build depends on (given, it stands for the included headers, so the
+    include directories' paths are left out of the digest).  OSError saying why when there
+    is no compiler or the build fails."""
     sources = [f"{name}.c"] if sources is None else list(sources)
     srcs = [p for p in source_paths(sources) if p.suffix == ".c"]
     args = [f"-I{d}" for d in include_dirs] + [f"-D{d}" for d in defines] + list(cflags)
-    key = key + " ".join(args + [f"-l{lib}" for lib in libs]).encode()
+    keyed = [a for a in args if key is None or not a.startswith("-I")]
+    key = (key or b"") + " ".join(keyed + [f"-l{lib}" for lib in libs]).encode()
     if into is None:
         into = pathlib.Path(tempfile.gettempdir()) / f"clockalign-build-{os.getuid()}"
     into = pathlib.Path(into)

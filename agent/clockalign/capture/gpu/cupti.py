@@ -138,9 +138,9 @@ def _build_args(inst: Cupti) -> dict:
 
 
 def _key(inst: Cupti) -> bytes:
-    args = _build_args(inst)
-    flags = [f"-I{d}" for d in args["include_dirs"]] + args["cflags"]
-    return _header_key(inst) + " ".join(flags + [f"-l{lib}" for lib in args["libs"]]).encode()
+    """The digest key native/build.py gives a build keyed by the headers (no -I paths)."""
+    flags = FLAGS["cflags"] + [f"-l{lib}" for lib in FLAGS["libs"]]
+    return _header_key(inst) + " ".join(flags).encode()
 
 
 def build_injection(inst: Cupti, into=None) -> str:

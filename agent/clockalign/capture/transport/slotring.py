@@ -2,8 +2,8 @@
 
 Why not the perf buffers (perfbuf.py, kept for kernels where these rings do not load):
 sending a record with bpf_perf_event_output runs the kernel's perf output path (sample
-set-up, header, copy, the nesting and wakeup bookkeeping) for every CUDA call: on the H200 the CUDA probes
-took 259-403 ns of BPF time a call with it and 188-192 ns with these rings, the empty
+set-up, header, copy, the nesting and wakeup bookkeeping) for every CUDA call: on the H200
+the CUDA probes took 259-403 ns of BPF time a call with it and 188-192 ns with these rings, the empty
 programs 72 ns (scripts/bench_probe_cost.py, results/overhead.md, runs h200-12, h200-13).  Here each CPU has a ring of fixed 128-byte slots in one mmapable BPF array
 (`ring`, CA_RING_SLOTS a CPU), and a head/tail pair in another (`ring_ctl`, bpf/probes.c):
 
