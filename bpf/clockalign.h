@@ -1,6 +1,7 @@
 /* Layouts shared by the BPF program and user space: struct ca_event (store/schema.py
- * EVENT_DTYPE, Kind), the slot rings' control words (capture/slotring.py, native/reader.c),
- * the CUDA call slots (capture/bpfprog.py) and the drop indices (bpfprog.DROP_NAMES).
+ * EVENT_DTYPE, Kind), the slot rings' control words (capture/transport/slotring.py,
+ * native/reader.c), the CUDA call slots (capture/probes/maps.py) and the drop indices
+ * (maps.DROP_NAMES).
  * Every event is one fixed 128-byte record, so user space decodes a whole batch with one
  * numpy view.  tests/unit/test_event_layout.py compiles this header with gcc and checks each
  * offset, size and constant against the Python side.  Numbers are file format: never reuse
@@ -69,7 +70,7 @@ struct ca_ring_ctl {
 };
 
 /* CUDA calls in flight, per thread (tid & mask): a small stack of CA_NEST calls, read by
- * user space at stop to list the calls still running (bpfprog.SLOT_DTYPE) */
+ * user space at stop to list the calls still running (capture/probes/maps.py SLOT_DTYPE) */
 struct ca_call {
     u64 ts;
     u32 fn;

@@ -1,6 +1,6 @@
 /* clockalign probes, compiled by BCC at record time.
  *
- * Parameters come in as -D cflags (see capture/bpfprog.py; `clockalign record --dump-bpf`
+ * Parameters come in as -D cflags (see capture/probes/cflags.py; `clockalign record --dump-bpf`
  * prints them): CA_MAX_THREADS, CA_CALL_SLOTS, CA_CPU_IDS, CA_RING_SLOTS, and the
  * feature switches CA_PERF_BUFFERS, CA_CUDA,
  * CA_PID_LINKS, CA_REGS_ONLY, CA_CONNECT, CA_SCHED, CA_XID, CA_TCP, CA_FOLLOW_CHILDREN,
@@ -8,13 +8,14 @@
  * Targets (tgids) live in the `targets` map, filled by user space, so one program serves
  * several --pid and spawn mode alike.
  *
- * Records go to this CPU's slot ring (capture/slotring.py): an mmapable array of fixed
+ * Records go to this CPU's slot ring (capture/transport/slotring.py): an mmapable array of fixed
  * 128-byte slots that the program writes in place, with no helper call; a compare-and-swap
  * on the ring's head reserves a slot and the kind, stored last, commits it.  A record is
  * built on the BPF stack (EVENT() declares one, submit() copies it into a slot or counts a
  * drop); the CUDA return, the hot path, fills its slot directly.  With CA_PERF_BUFFERS
- * (CLOCKALIGN_BUFFERS=perf) submit() sends to per-CPU perf buffers instead
- * (capture/perfbuf.py), the transport before: on the H200 the CUDA probes took 259-403 ns of
+ * (capture/probes/program.py's fall-back where the rings do not load: no BPF CAS)
+ * submit() sends to per-CPU perf buffers instead (capture/transport/perfbuf.py), the transport
+ * before: on the H200 the CUDA probes took 259-403 ns of
  * BPF time a call with it, 188-192 with the rings (scripts/bench/probe_cost.py,
  * results/overhead.md, runs h200-12 and h200-13).
  * Every piece of the CUDA path was measured (scripts/bench/probe_cost.py): the pairing
@@ -44,7 +45,7 @@
 BPF_PERF_OUTPUT(events);
 #else
 #ifdef CA_TEST_NO_SLOT_RINGS
-#error "slot rings refused (CLOCKALIGN_TEST_NO_SLOT_RINGS): tests of the perf-buffer fall-back"
+#error "slot rings refused (CLOCKALIGN_TEST_NO_SLOT_RINGS): perf-buffer fall-back tests"
 #endif
 #ifndef CA_RING_SLOTS
 #define CA_RING_SLOTS 65536     /* records per CPU, a power of two */
@@ -203,7 +204,7 @@ static __always_inline int cuda_entry_record(u64 pt, u32 fn, u64 a0, u64 a1, u64
                                              u64 a4)
 {
 #ifdef CA_PERF_BUFFERS
-    return 0;                       /* never built so: bpfprog.py refuses the combination */
+    return 0;                       /* never built so: capture/probes/cflags.py refuses it */
 #else
     struct ca_event *e = ring_reserve(CA_KIND_CUDA_ENTRY);
     if (!e)
@@ -432,7 +433,7 @@ static __always_inline int cuda_return(struct pt_regs *ctx, u32 fn, int deref_a0
 }
 
 /* The enter_X / return_X stub of each function comes from store/cuda_api.py, appended
- * by capture/bpfprog.py (capture/cuda_stubs.py writes it; --dump-bpf shows it). */
+ * by capture/probes/cflags.py (capture/probes/cuda_stubs.py writes it; --dump-bpf shows it). */
 #endif /* CA_CUDA */
 
 /* ------------------------------------------------------------------ connect() */
@@ -752,7 +753,7 @@ static __always_inline void tcp_event(void *ctx, struct ca_event *e, u32 owner, 
 }
 
 /* tcp_send_reset's reason is an enum the distro headers lack, so BCC cannot build its
- * args struct: the layout is written here, checked against tracefs by capture/bpfprog.py
+ * args struct: the layout is written here, checked against tracefs by capture/probes/cflags.py
  * (tcp_cflags), and the name makes BCC attach it to tcp:tcp_send_reset */
 struct ca_tcp_send_reset {
     u64 common;
@@ -886,7 +887,7 @@ TRACEPOINT_PROBE(nvidia, nvidia_dev_xid)
 #endif /* CA_XID */
 
 #ifdef CA_XID_PRINTK
-/* Tests only (CLOCKALIGN_TEST_XID_PRINTK=1, capture/bpfprog.py): no NVIDIA driver here,
+/* Tests only (CLOCKALIGN_TEST_XID_PRINTK=1, capture/probes/cflags.py): no NVIDIA driver here,
  * so a kernel log line a target writes to /dev/kmsg stands in for an Xid's message: a
  * real in-kernel __data_loc string of the tracepoint's kind, through the same emit_xid */
 TRACEPOINT_PROBE(printk, console)

@@ -3,8 +3,8 @@
 #   sudo scripts/install_bundle.sh [BUNDLE.tar.xz] [PREFIX]
 # Unpacks BCC to PREFIX (default /opt/clockalign-bcc), links the bundled headers at
 # /lib/modules/$(uname -r)/build when the kernel has none, mounts tracefs, installs the
-# bundled wheels that the host's python3 lacks, and writes /usr/local/bin/clockalign that
-# runs this checkout with the host's python3.
+# bundled wheels that the host's python3 lacks, builds the C helpers (gcc), and writes
+# /usr/local/bin/clockalign that runs this checkout with the host's python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -44,6 +44,10 @@ export PYTHONPATH="$ROOT/agent:$PYBCC:$SITE\${PYTHONPATH:+:\$PYTHONPATH}"
 exec python3 -m clockalign.cli.main "\$@"
 WRAP
 chmod +x /usr/local/bin/clockalign
+# the C helpers, built with this host's compiler (against its CUPTI, where one is found)
+command -v gcc >/dev/null || command -v cc >/dev/null \
+    || { echo "install_bundle: no C compiler: install gcc, then run this again" >&2; exit 1; }
+LD_LIBRARY_PATH="$LIBDIR" PYTHONPATH="$ROOT/agent:$PYBCC:$SITE" python3 -m clockalign.native.build
 cat > "$P/env.sh" <<ENV
 export LD_LIBRARY_PATH="$LIBDIR\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export PYTHONPATH="$ROOT/agent:$PYBCC:$SITE\${PYTHONPATH:+:\$PYTHONPATH}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up clockalign on a Debian/Ubuntu host; safe to run again (each step checks first).
-#   scripts/setup.sh      # OS packages, kernel headers, tracefs, .venv, /usr/local/bin/clockalign
+#   scripts/setup.sh      # OS packages, kernel headers, tracefs, .venv, the C helpers,
+#                         # /usr/local/bin/clockalign
 # Not root: it re-runs itself with sudo.  Root without sudo (a bare container): it installs
 # sudo too, so that `sudo clockalign ...` works as typed afterwards.
 # BCC comes from the OS package python3-bpfcc (the PyPI package "bcc" is unrelated).
@@ -100,5 +101,8 @@ if [ ! -f "$cupti_stamp" ]; then
     fi
 fi
 # --- end gpu-activity
+# the C helpers (agent/clockalign/native/: the event reader, the ping-pong loop, the CUPTI
+# injection library for the CUPTI above); commands never compile them
+.venv/bin/python -m clockalign.native.build
 ln -sfn "$ROOT/.venv/bin/clockalign" /usr/local/bin/clockalign
 say "ready: $(.venv/bin/clockalign --version) at /usr/local/bin/clockalign (sudo clockalign ... works)"

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from clockalign.capture.bpfprog import import_bcc
+from clockalign.capture.probes.cflags import import_bcc
 from clockalign.capture.recorder import Recorder, RecordOptions
 from clockalign.store.reader import RunReader
 from clockalign.workloads.standin import build

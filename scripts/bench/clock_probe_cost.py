@@ -128,7 +128,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=20, help="matmuls between synchronisations")
     args = ap.parse_args(argv)
 
-    from clockalign.capture.clockprobe import ClockProbeThread
+    from clockalign.capture.clocks.clockprobe import ClockProbeThread
     from clockalign.store.writer import RunWriter
 
     out = Path(args.out)

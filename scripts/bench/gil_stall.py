@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Does a recording survive the GIL being held?  The buffer reader as a Python thread
-(capture/drain.py Drain) against the C thread (native/reader.c, NativeDrain), interleaved.
+(scripts/bench/python_reader.py, the benchmark's arm) against clockalign's C thread
+(native/reader.c, capture/transport/drain.py), interleaved.
 
 One storm thread calls the stand-in cuLaunchKernel flat out for --seconds under an
 in-process Recorder (--pid, everything on but counters and GPU clock), whose extra sink holds
@@ -26,8 +27,12 @@ import time
 from pathlib import Path
 
 import probe_cost as bpc   # scripts/bench/
+import python_reader   # scripts/bench/
+from clockalign.capture import recorder
 from clockalign.capture.recorder import Recorder, RecordOptions
 from clockalign.store.schema import Chunk
+
+C_READER = recorder.start_drain
 
 
 class StallSink:
@@ -55,7 +60,7 @@ class StallSink:
 
 
 def one(storm, lib, reader, seconds, stall_ms, every_s, tmp):
-    os.environ["CLOCKALIGN_DRAIN"] = reader
+    recorder.start_drain = python_reader.start_drain if reader == "python" else C_READER
     st = bpc.Storm(storm, lib, threads=1, seconds=seconds)
     sink = StallSink(stall_ms, every_s)
     out = tmp / f"{reader}.ca"

@@ -27,7 +27,8 @@ import numpy as np
 
 from clockalign.align import fit_sandwiches
 from clockalign.align.stats import pct
-from clockalign.capture.gpuclock import METHOD_PINGPONG, GpuClock
+from clockalign.capture.clocks import gpuclock
+from clockalign.capture.clocks.gpuclock import METHOD_PINGPONG, GpuClock
 
 LOAD = """
 import torch, time
@@ -41,18 +42,15 @@ while True:
 
 
 def open_clock(ordinal, fenced):
-    old = os.environ.get("CLOCKALIGN_PINGPONG_ANSWER")
+    """A GpuClock with clockalign's choice of answer, or (fenced) the fenced one whatever the
+    timer's values: the benchmark's arm, made by standing in for the choice while it opens."""
+    choose = gpuclock.word_protocol_note
     if fenced:
-        os.environ["CLOCKALIGN_PINGPONG_ANSWER"] = "fenced"
-    else:
-        os.environ.pop("CLOCKALIGN_PINGPONG_ANSWER", None)
+        gpuclock.word_protocol_note = lambda vals: "the benchmark asks for the fenced answer"
     try:
         return GpuClock(ordinal).open()
     finally:
-        if old is None:
-            os.environ.pop("CLOCKALIGN_PINGPONG_ANSWER", None)
-        else:
-            os.environ["CLOCKALIGN_PINGPONG_ANSWER"] = old
+        gpuclock.word_protocol_note = choose
 
 
 def stats(v):

@@ -10,8 +10,8 @@ one each round), medians and spread over the rounds:
          pairing state — hash map, per-thread array, task storage —, arguments, one ring
          record); the real bpf/probes.c (CUDA only, then with sched/connect/thread
          tracepoints); `clockalign record` (minimal, then everything on); probes.c CUDA
-         only and the full recording again with CLOCKALIGN_BUFFERS=perf (the event
-         transport's A/B: the per-CPU perf buffers against the default).  A second pass
+         only and the full recording again with the per-CPU perf buffers (the event
+         transport's A/B: the fall-back against the default).  A second pass
          with kernel.bpf_stats_enabled reads each BPF program's own run time: this
          process's from fdinfo, a recorder's (record, watch) through the bpf() syscall.
   model  a warm ResNet-18 fp16 batch-1 loop (scripts/workloads/resnet_loop.py, GPU only) while
@@ -47,9 +47,10 @@ from pathlib import Path
 
 import numpy as np
 
-from clockalign.capture import bpfinfo
-from clockalign.capture.bpfprog import Probes, ProbeOptions, import_bcc
-from clockalign.capture.perfbuf import PerfBuffers
+from clockalign.capture.probes import bpfinfo
+from clockalign.capture.probes.cflags import ProbeOptions, import_bcc
+from clockalign.capture.probes.program import Probes
+from clockalign.capture.transport.perfbuf import PerfBuffers
 from clockalign.store.schema import CUDA_FUNCTIONS
 from ringbuf import RingReader  # the BPF ring buffer, for comparison (scripts/bench/)
 
@@ -82,17 +83,17 @@ STAGE_TEXT = dict({n: d for n, _, d in STAGES}, pair_empty_multi=
     "empty programs on entry and return, as a uprobe_multi link (how "
     "clockalign attaches)",
     probes_cuda="bpf/probes.c, CUDA probes only, per-process links, "
-    "default event buffers (CLOCKALIGN_BUFFERS unset: slot rings)",
-    probes_cuda_perf="same, CLOCKALIGN_BUFFERS=perf (per-CPU perf "
-    "buffers)",
+    "default event buffers (slot rings)",
+    probes_cuda_perf="same, per-CPU perf buffers (the fall-back, forced by "
+    "CLOCKALIGN_TEST_NO_SLOT_RINGS=1)",
     probes_cuda_map="same, one link for all processes + target map",
     probes_cuda_regs="same, --cuda-args registers (no user reads)",
     probes_all="bpf/probes.c with sched/connect/thread tracepoints",
     clockalign_min="clockalign record --counters none --no-gpu-clock",
     clockalign_full="clockalign record, everything on, default "
-    "event buffers (CLOCKALIGN_BUFFERS unset: slot rings)",
-    clockalign_full_perf="same, CLOCKALIGN_BUFFERS=perf (per-CPU perf "
-    "buffers)",
+    "event buffers (slot rings)",
+    clockalign_full_perf="same, per-CPU perf buffers (the fall-back, forced by "
+    "CLOCKALIGN_TEST_NO_SLOT_RINGS=1)",
     watch="clockalign watch (no run file), everything on")
 
 
@@ -101,14 +102,19 @@ def now_ns():
 
 
 def clockalign_cmd(*args):
+    """`clockalign ARGS`; with BENCH_READER=python in this script's environment, with the
+    event buffers read by the benchmark's Python reader arm (bench/python_reader.py)."""
+    if os.environ.get("BENCH_READER") == "python":
+        return [sys.executable, str(HERE / "bench" / "python_reader.py"), *args]
     return [sys.executable, "-m", "clockalign.cli.main", *args]
 
 
-# main's event transport for the A/B: unset or "slots", the per-CPU slot rings (the
-# default); "perf", the per-CPU perf buffers.  Read by Probes(...) when constructed and by
-# `clockalign record`/`watch` from their environment.
-BUFFERS_ENV = "CLOCKALIGN_BUFFERS"
-BUFFERS = {"probes_cuda_perf": "perf", "clockalign_full_perf": "perf"}
+# The event transport for the A/B: the slot rings (the default), or the per-CPU perf
+# buffers, which clockalign uses where the slot rings do not load; the perf arms make them
+# fail to load (the hook the tests use), so clockalign falls back as on such a kernel.  Read
+# by Probes(...) when constructed and by `clockalign record`/`watch` from their environment.
+BUFFERS_ENV = "CLOCKALIGN_TEST_NO_SLOT_RINGS"
+BUFFERS = {"probes_cuda_perf": "1", "clockalign_full_perf": "1"}
 
 
 def with_overrides(env, overrides):
@@ -138,9 +144,9 @@ def environ(overrides):
 
 
 def buffers_env(cfg):
-    """{CLOCKALIGN_BUFFERS: cfg's transport}; None (unset: the default) for every other
-    configuration, whatever the caller's environment says, so that the A/B compares the
-    two transports."""
+    """{BUFFERS_ENV: "1"} for a perf-buffer arm; None (unset: the slot rings) for every
+    other configuration, whatever the caller's environment says, so that the A/B compares
+    the two transports."""
     return {BUFFERS_ENV: BUFFERS.get(cfg)}
 
 
@@ -310,7 +316,7 @@ class bpf_stats:
 
 # ---------------------------------------------------------------- every BPF program (bpf())
 # A recorder's programs live in its own process, out of reach of this one's fdinfo: the
-# bpf() syscall walks every program of the system by id instead (clockalign/capture/bpfinfo.py).
+# bpf() syscall walks every program of the system by id instead (capture/probes/bpfinfo.py).
 def system_progs() -> dict:
     """{id: (name, run_cnt, run_time_ns, jited)} of every BPF program loaded now."""
     return {i: (v["name"], v["run_cnt"], v["run_time_ns"], "1" if v["jited"] else "0")
@@ -496,7 +502,7 @@ class WatchRecording(Recording):
 def link_empty_multi(empty, lib, pid=0):
     """The empty program of the BPF object empty on lib's cuLaunchKernel entry and return, as
     uprobe_multi links (how clockalign attaches; pid 0: every process): their detach()."""
-    from clockalign.capture.uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
+    from clockalign.capture.probes.uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
     BPF = type(empty)
     path, off = BPF._check_path_symbol(lib, "cuLaunchKernel", 0, -1)
     fn = empty.load_func("e", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
@@ -754,7 +760,7 @@ def _lost(b):
 
 # ---------------------------------------------------------------- part: model
 def real_libcuda():
-    from clockalign.capture.libcuda import resolve_like_loader
+    from clockalign.capture.probes.libcuda import resolve_like_loader
     path, _ = resolve_like_loader(dict(os.environ))
     return path
 
@@ -790,8 +796,8 @@ def part_model(rounds, window_s, settle_s, only=None):
         for cfg in order:
             rec, attached, links = None, [], []
             if cfg == "pair_empty_multi":
-                from clockalign.capture.uprobe_multi import (BPF_TRACE_UPROBE_MULTI,
-                                                             link_uprobe_multi)
+                from clockalign.capture.probes.uprobe_multi import (BPF_TRACE_UPROBE_MULTI,
+                                                                    link_uprobe_multi)
                 offs = sorted({BPF._check_path_symbol(lib, s_, 0, -1)[1] for s_ in symbols
                                if _exports(lib, s_)})
                 fn = empty.load_func("e", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)

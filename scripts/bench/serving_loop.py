@@ -183,7 +183,7 @@ class Attached:
                                          env=child_env(), stderr=subprocess.PIPE, text=True)
             self._wait(lambda: "clockalign_probes_armed 1.0" in self._metrics())
         elif self.kind == "empty":
-            from clockalign.capture.uprobe_multi import link_uprobe_multi
+            from clockalign.capture.probes.uprobe_multi import link_uprobe_multi
             fd_prog, path, offs = empty[extra[1] if len(extra) > 1 else "entry"]
             for ret in ([True, False] if extra[0] else [False]):
                 self.fds.append(link_uprobe_multi(fd_prog, path, offs,
@@ -243,10 +243,10 @@ def calls_in(path, t0, t1):
 
 def first_instructions(lib, symbols):
     """{symbol: {bytes, first, probed, skip, emulated}}: each function's first bytes, its
-    first instruction and the one clockalign probes (capture/prologue.py), no disassembler
+    first instruction and the one clockalign probes (capture/probes/prologue.py), no disassembler
     needed (the GPU hosts have none)."""
-    from clockalign.capture import prologue
-    from clockalign.capture.bpfprog import import_bcc
+    from clockalign.capture.probes import prologue
+    from clockalign.capture.probes.cflags import import_bcc
     BPF = import_bcc().BPF
     out = {}
     for s in symbols:
@@ -286,7 +286,7 @@ def vs_neighbours(windows, cfg, ref, key="rate"):
 
 
 def part_attach(args, tmp, deadline):
-    from clockalign.capture.libcuda import resolve_like_loader
+    from clockalign.capture.probes.libcuda import resolve_like_loader
     from clockalign.store import cuda_api
     configs = [c for c in args.configs.split(",") if c]
     if "plain" not in configs:
@@ -301,12 +301,12 @@ def part_attach(args, tmp, deadline):
     log = tmp / "decode.log"
     loop = Loop(args.loop_seconds, log, standin=lib if args.standin else None)
     print(f"loop ready: {loop.info}", flush=True)
-    from clockalign.capture.bpfprog import import_bcc
-    from clockalign.capture.uprobe_multi import BPF_TRACE_UPROBE_MULTI
+    from clockalign.capture.probes.cflags import import_bcc
+    from clockalign.capture.probes.uprobe_multi import BPF_TRACE_UPROBE_MULTI
     BPF = import_bcc().BPF
     empty_bpf = BPF(text="int e(void *ctx) { return 0; }")
     fn = empty_bpf.load_func("e", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)
-    from clockalign.capture import prologue
+    from clockalign.capture.probes import prologue
     path = BPF._check_path_symbol(lib, "cuLaunchKernel", 0, -1)[0].decode()
     offs, offs_at = set(), set()
     for f in cuda_api.FUNCTIONS.values():

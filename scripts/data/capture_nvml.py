@@ -12,7 +12,7 @@ Writes, under --out (default tests/data/nvml):
                      host<->device copies), when torch is importable
 
 Raw records are exactly what NvmlReader gives the decoder (see
-agent/clockalign/capture/counters/nvml_decode.py), so tests replay them through the
+agent/clockalign/capture/gpu/counters/nvml_decode.py), so tests replay them through the
 recorder's own decoding.  Run from the repository root on the GPU host:
 
     python3 scripts/data/capture_nvml.py --out tests/data/nvml
@@ -30,8 +30,8 @@ import tempfile
 import threading
 import time
 
-from clockalign.capture.counters import nvml_decode
-from clockalign.capture.counters.nvml import NvmlReader, gpu_inventory, load_pynvml
+from clockalign.capture.gpu.counters import nvml_decode
+from clockalign.capture.gpu.counters.nvml import NvmlReader, gpu_inventory, load_pynvml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -223,7 +223,7 @@ def load_burst(reader, gpu, seconds, interval_s):
 
 def sampler_run(gpus, seconds, interval_s):
     """A real CounterSampler into a temporary run file; its stats and what came back."""
-    from clockalign.capture.counters import CounterSampler, open_backend
+    from clockalign.capture.gpu.counters import CounterSampler, open_backend
     from clockalign.store.counter_fields import FIELDS
     from clockalign.store.reader import RunReader
     from clockalign.store.schema import Chunk

@@ -20,7 +20,6 @@ cd "$(dirname "$0")/../.."
 stage=$1
 out=$(mkdir -p "$2" && cd "$2" && pwd)
 export PYTHONUNBUFFERED=1
-export CLOCKALIGN_CACHE=${CLOCKALIGN_CACHE:-/tmp/clockalign-cache}
 log() { echo "== $* ($(date -u +%T))"; }
 keep() { [ -n "${KEEP_DIR:-}" ] && cp "$@" "$KEEP_DIR/" 2>/dev/null; return 0; }  # small results, as they come
 B=.bundle/clockalign-bcc-bundle.tar.xz
@@ -32,10 +31,11 @@ scripts/install_bundle.sh "$B" > "$out/install.txt" 2>&1 || { cat "$out/install.
 } > "$out/host.txt" 2>&1; cat "$out/host.txt"
 log build
 python3 - > "$out/build.txt" 2>&1 <<'PY'
-from clockalign.capture import cupti, gpuclock
+from clockalign.capture.clocks import gpuclock
+from clockalign.capture.gpu import cupti
 inst = cupti.find_cupti(); print("cupti:", inst)
-print("injection library:", cupti.build_injection(inst))
-print("native ping-pong:", gpuclock.native_loop(), gpuclock.native_note)
+print("injection library:", cupti.injection_library(inst))
+print("native ping-pong:", gpuclock.native_loop())
 PY
 cat "$out/build.txt"
 stamp() {  # stamp NAME SECONDS [record options...] -- [workload options...]
@@ -57,8 +57,8 @@ if [ "$stage" = smoke ]; then
         --out "$out/check-raw.json" 2>&1 | tail -25
     clockalign dump "$out/raw.ca" 2>&1 | grep -m3 gpu_kernel
     log probe
-    for loop in native python; do
-        CLOCKALIGN_PINGPONG=$loop clockalign record --no-cuda --duration 12 --gpu-clock-period 0.25 \
+    for loop in native; do
+        clockalign record --no-cuda --duration 12 --gpu-clock-period 0.25 \
             -o "$out/probe-$loop.ca" --quiet -- sleep 20 > "$out/probe-$loop.txt" 2>&1
         clockalign align "$out/probe-$loop.ca" --json > "$out/probe-$loop.json" 2>&1
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(sys.argv[2], k, v.get('min_rtt_ns', v.get('summary',{}).get('min_rtt_ns')), v.get('halfwidth_ns') or v.get('summary',{}).get('halfwidth_ns')) for k,v in (d.get('domains') or d).items() if k.startswith('GPU')]" "$out/probe-$loop.json" $loop 2>&1 | head -3

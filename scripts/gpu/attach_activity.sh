@@ -15,7 +15,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 export PYTHONUNBUFFERED=1
-export CLOCKALIGN_CACHE=${CLOCKALIGN_CACHE:-/tmp/clockalign-cache}
 log() { echo "== $* ($(date -u +%T))"; }
 mono() { python3 -c 'import time; print(time.monotonic_ns())'; }
 B=.bundle/clockalign-bcc-bundle.tar.xz
@@ -27,7 +26,8 @@ scripts/install_bundle.sh "$B" > "$out/install.txt" 2>&1 || { cat "$out/install.
   echo "command: scripts/gpu/attach_activity.sh $1"; git log -1 --format='commit %H' 2>/dev/null
 } > "$out/host.txt" 2>&1; cat "$out/host.txt"
 log build
-python3 -c 'from clockalign.capture import cupti; i = cupti.find_cupti(); print(i); print(cupti.build_injection(i))' \
+python3 -c 'from clockalign.capture.gpu import cupti; i = cupti.find_cupti(); print(i)
+print(cupti.injection_library(i))' \
     > "$out/build.txt" 2>&1; cat "$out/build.txt"
 log "decode loop"
 python3 scripts/workloads/decode_loop.py --seconds 170 --log "$out/decode.log" > "$out/loop.txt" 2>&1 &

@@ -15,7 +15,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 export PYTHONUNBUFFERED=1
-export CLOCKALIGN_CACHE=${CLOCKALIGN_CACHE:-/tmp/clockalign-cache}
 log() { echo "== $* ($(date -u +%T))"; }
 B=.bundle/clockalign-bcc-bundle.tar.xz
 [ -f "$B" ] || B=../.bundle/clockalign-bcc-bundle.tar.xz

@@ -384,7 +384,7 @@ def vaddr_to_offset(vaddr, segments):
 def attach_multi(bpf, lib, by_vaddr, segments):
     """One uprobe_multi link for every address (Linux 6.6+): ~1000 perf-event uprobes take
     minutes to detach, a link one grace period.  Returns (attached, link fd)."""
-    from clockalign.capture.uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
+    from clockalign.capture.probes.uprobe_multi import BPF_TRACE_UPROBE_MULTI, link_uprobe_multi
     pairs = [(vaddr_to_offset(v, segments), v) for v in sorted(by_vaddr)]
     pairs = [(o, v) for o, v in pairs if o is not None]
     fn = bpf.load_func("on_call", type(bpf).KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI)

@@ -12,14 +12,7 @@ import ctypes
 
 import numpy as np
 
-from clockalign.capture.gpuclock import driver, init_driver
-
-
-def ok(result, what):
-    """The value(s) of a cuda-bindings result tuple; RuntimeError on a CUresult != 0."""
-    if int(result[0]) != 0:
-        raise RuntimeError(f"{what} failed with {getattr(result[0], 'name', result[0])}")
-    return result[1] if len(result) == 2 else (result[1:] or None)
+from clockalign.capture.clocks.cudadriver import check as ok, driver, init_driver
 
 PTX = r"""
 .version 6.0

@@ -1,7 +1,7 @@
 """tests/gpu run only where CUDA sees an NVIDIA GPU; elsewhere every test is skipped with why."""
 import pytest
 
-from clockalign.capture.gpuclock import gpu_clock_available
+from clockalign.capture.clocks.gpuclock import gpu_clock_available
 
 _OK, _REASON = gpu_clock_available()
 

@@ -4,9 +4,9 @@ import time
 
 import pytest
 
-from clockalign.capture.clockprobe import ClockProbeThread
-from clockalign.capture.counters import gpu_inventory
-from clockalign.capture.devices import cuda_bus_ids, device_table
+from clockalign.capture.clocks.clockprobe import ClockProbeThread
+from clockalign.capture.gpu.counters import gpu_inventory
+from clockalign.capture.clocks.devices import cuda_bus_ids, device_table
 from clockalign.store.devices import Devices, bus_id
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import Chunk

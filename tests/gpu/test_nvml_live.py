@@ -4,8 +4,8 @@ import time
 import numpy as np
 import pytest
 
-from clockalign.capture.counters import CounterSampler, gpu_inventory
-from clockalign.capture.counters.nvml import NvmlBackend, nvml_status
+from clockalign.capture.gpu.counters import CounterSampler, gpu_inventory
+from clockalign.capture.gpu.counters.nvml import NvmlBackend, nvml_status
 from clockalign.store.counter_fields import FIELD_BY_NAME, FIELDS
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import Chunk

@@ -1,4 +1,4 @@
-"""Loading a library into a running process through ptrace (capture/inject_so.py), as root,
+"""Loading a library into a running process through ptrace (capture/targets/inject_so.py), as root,
 with no GPU: a test library whose constructor leaves a file, put into a C loop and a Python
 loop that keep counting; what the process shows afterwards (every count, the same checksum,
 its own exit code), the thread's registers and stack bytes exactly as before, and the
@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from clockalign.capture.inject_so import InjectError, Tracee, ptrace_refusal
+from clockalign.capture.targets.inject_so import InjectError, Tracee, ptrace_refusal
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64",
                                 reason="the ptrace call set-up is x86-64 only")
@@ -161,7 +161,7 @@ def test_process_already_traced_is_refused_naming_the_tracer(built):
     p, _ = _start([str(d / "loop"), "300"])
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from clockalign.capture.inject_so import _ptrace, PTRACE_SEIZE
+        from clockalign.capture.targets.inject_so import _ptrace, PTRACE_SEIZE
         _ptrace(PTRACE_SEIZE, {p.pid})
         print("held", flush=True)
         time.sleep(60)
@@ -185,7 +185,7 @@ def test_ptrace_not_permitted_says_so(built):
         r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                             "--inh-caps=-all", "--bounding-set=-all", sys.executable, "-c",
                             textwrap.dedent(f"""
-            from clockalign.capture.inject_so import InjectError, Tracee
+            from clockalign.capture.targets.inject_so import InjectError, Tracee
             try:
                 Tracee({p.pid}).__enter__()
             except InjectError as e:

@@ -1,9 +1,10 @@
-"""bpf(2)'s view of the recorder's programs (capture/bpfinfo.py): the benchmark reads run
+"""bpf(2)'s view of the recorder's programs (capture/probes/bpfinfo.py): the benchmark reads run
 times from it and the recorder the kernel's skipped runs, reported beside the drops."""
 import os
 
-from clockalign.capture import bpfinfo
-from clockalign.capture.bpfprog import ProbeOptions, Probes
+from clockalign.capture.probes import bpfinfo
+from clockalign.capture.probes.cflags import ProbeOptions
+from clockalign.capture.probes.program import Probes
 
 
 def test_the_probes_programs_are_seen_and_nothing_was_skipped(fakecuda):

@@ -14,7 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from clockalign.capture.container import pick_cgroup
+from clockalign.capture.targets.container import pick_cgroup
 from clockalign.workloads.standin import HERE, write_ids
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import Kind
@@ -238,7 +238,7 @@ def test_container_named_from_its_cgroup(fakecuda, variants, tmp_path, docker_li
 def test_container_without_a_libcuda_inside_is_one_sentence(fakecuda, tmp_path):
     """LD_LIBRARY_PATH names a directory that holds a libcuda on the host but, in the
     target's mount namespace, nothing: refused in one sentence, not recorded without CUDA."""
-    from clockalign.capture.libcuda import resolve_like_loader
+    from clockalign.capture.probes.libcuda import resolve_like_loader
     if resolve_like_loader({})[0]:
         pytest.skip("this host has a libcuda in its default directories or ld.so.cache, "
                     "which the unshared target (same root) would load")

@@ -1,7 +1,8 @@
 """record --gpu-activity end to end with real BPF and a stand-in libcupti (tests/unit/
-fakecupti.c) installed where $CLOCKALIGN_CUPTI points: the recorder finds it, builds the
-injection library, puts it into the command's environment, and the records the command's
-"CUDA" hands to it reach the run file, the trailer and the notices."""
+fakecupti.c) installed where $CLOCKALIGN_CUPTI points: the recorder finds it and the
+injection library setup built for its headers (the real ones, linked), puts it into the
+command's environment, and the records the command's "CUDA" hands to it reach the run file,
+the trailer and the notices."""
 import os
 import shutil
 import signal
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from clockalign.capture.cupti import find_cupti
-from clockalign.native import build
+from clockalign.capture.gpu.cupti import find_cupti
+from clockalign.native.build import build
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import Chunk, GpuKind
 
@@ -199,7 +200,7 @@ def test_where_it_cannot_work_it_says_so_once_first(fake_install, fakecuda, tmp_
         if os.path.exists("/proc/driver/nvidia/version"):
             pytest.skip("this host has an NVIDIA driver loaded")
     elif host == "no-libcuda":
-        from clockalign.capture.libcuda import resolve_like_loader
+        from clockalign.capture.probes.libcuda import resolve_like_loader
         env.pop("LD_LIBRARY_PATH")
         if resolve_like_loader(env)[0] is not None:
             pytest.skip("this host's loader finds a libcuda.so.1")

@@ -15,7 +15,7 @@ import uuid
 import numpy as np
 import pytest
 
-from clockalign.capture.bpfprog import XID_PRINTK_CODE, XID_PRINTK_ENV
+from clockalign.capture.probes.cflags import XID_PRINTK_CODE, XID_PRINTK_ENV
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import XID_PART_LEN, Chunk, Kind
 
@@ -132,12 +132,12 @@ format:
 print fmt: "Xid (PCI:%s): %u, %s", __get_str(dev), REC->error_code, __get_str(msg)
 """
 LOAD_ONLY = """import sys
-from clockalign.capture import bpfprog
-BPF = bpfprog.import_bcc().BPF
+from clockalign.capture.probes import cflags
+BPF = cflags.import_bcc().BPF
 BPF._trace_autoload = lambda self: None        # compile and verify; nothing is attached
-flags, _ = bpfprog.build_cflags(bpfprog.ProbeOptions(cuda_lib=None))
+flags, _ = cflags.build_cflags(cflags.ProbeOptions(cuda_lib=None))
 assert "-DCA_XID" in flags and "-DCA_XID_DATALOC" in flags, flags
-b = BPF(text=bpfprog.bpf_text(), cflags=flags + [f"-I{bpfprog.bpf_source_dir()}"])
+b = BPF(text=cflags.bpf_text(), cflags=flags + [f"-I{cflags.bpf_source_dir()}"])
 b.load_func(b"tracepoint__nvidia__nvidia_dev_xid", BPF.TRACEPOINT)
 print("verified")
 """

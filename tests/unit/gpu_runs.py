@@ -11,7 +11,7 @@ timestamps and CUPTI clock sandwiches.  GPU clock sandwiches are exact to +-900 
 """
 import numpy as np
 
-from clockalign.capture.gpuwire import WireParser, name_packets, records_packets
+from clockalign.capture.gpu.gpuwire import WireParser, name_packets, records_packets
 from clockalign.store.schema import (CUDA_FN_BY_NAME, EVENT_DTYPE, GPU_REC_DTYPE, Chunk,
                                      GpuKind, Kind)
 from clockalign.store.writer import RunWriter

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from clockalign.capture import bpfprog
-from clockalign.capture.bpfprog import Probes, ProbeOptions, exited_meanwhile
+from clockalign.capture.probes import program
+from clockalign.capture.probes.cflags import ProbeOptions
+from clockalign.capture.probes.program import Probes, exited_meanwhile
 from clockalign.capture.recorder import Arming
 from clockalign.store import cuda_api
 
@@ -64,7 +65,7 @@ def links(monkeypatch):
         fd = os.open(os.devnull, os.O_RDONLY)
         made.append((pid, retprobe, fd))
         return fd
-    monkeypatch.setattr(bpfprog, "link_uprobe_multi", fake)
+    monkeypatch.setattr(program, "link_uprobe_multi", fake)
     yield made, refuse
     for _, _, fd in made:
         try:
@@ -93,13 +94,13 @@ def test_a_gone_process_is_skipped_not_a_fallback(links):
 def test_a_process_gone_between_its_return_and_entry_link_keeps_no_link(links, monkeypatch):
     made, refuse = links
     dead = _dead_pid()
-    real = bpfprog.link_uprobe_multi
+    real = program.link_uprobe_multi
 
     def return_then_gone(prog_fd, path, offsets, cookies, retprobe, pid=0):
         if not retprobe:
             refuse[pid] = errno.ESRCH
         return real(prog_fd, path, offsets, cookies, retprobe, pid)
-    monkeypatch.setattr(bpfprog, "link_uprobe_multi", return_then_gone)
+    monkeypatch.setattr(program, "link_uprobe_multi", return_then_gone)
     p = _probes([dead])
     p._attach_multi("/x/libcuda.so.1", _at())
     assert p.gone == {dead} and p._links == [] and p._pid_links == {} and not p._link_specs

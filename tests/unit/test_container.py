@@ -7,8 +7,9 @@ import subprocess
 
 import pytest
 
-from clockalign.capture import container, libcuda
-from clockalign.capture.container import container_of, pick_cgroup
+from clockalign.capture.targets import container
+from clockalign.capture.probes import libcuda
+from clockalign.capture.targets.container import container_of, pick_cgroup
 from clockalign.store.meta import target_label as label
 
 CID = "3f" * 32

@@ -4,9 +4,9 @@ import struct
 import numpy as np
 import pytest
 
-from clockalign.capture.counters import RowBuffer, available, gpu_inventory, open_backend
-from clockalign.capture.counters import dcgm, nvml_decode
-from clockalign.capture.counters.nvml_decode import NvmlDecoder, ProblemPolicy, unpack_value
+from clockalign.capture.gpu.counters import RowBuffer, available, gpu_inventory, open_backend
+from clockalign.capture.gpu.counters import dcgm, nvml_decode
+from clockalign.capture.gpu.counters.nvml_decode import NvmlDecoder, ProblemPolicy, unpack_value
 from clockalign.errors import ClockalignError
 from clockalign.store import counter_fields as cf
 from clockalign.store.counter_fields import (CLOCK_REASONS, COUNTER_COLUMNS, COUNTER_MODULUS,

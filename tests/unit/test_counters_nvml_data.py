@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clockalign.capture.counters import CounterSampler, RowBuffer
-from clockalign.capture.counters import nvml_decode
-from clockalign.capture.counters.nvml_decode import NvmlDecoder, ProblemPolicy
+from clockalign.capture.gpu.counters import CounterSampler, RowBuffer
+from clockalign.capture.gpu.counters import nvml_decode
+from clockalign.capture.gpu.counters.nvml_decode import NvmlDecoder, ProblemPolicy
 from clockalign.store.counter_fields import (COUNTER_COLUMNS, COUNTER_MODULUS, FIELD_BY_NAME,
                                              FIELDS, unwrap_counter)
 from clockalign.store.reader import RunReader

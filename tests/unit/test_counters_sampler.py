@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from clockalign.capture.counters import CounterSampler
+from clockalign.capture.gpu.counters import CounterSampler
 from clockalign.errors import ClockalignError
 from clockalign.store.counter_fields import COUNTER_COLUMNS
 from clockalign.store.reader import RunReader

@@ -4,9 +4,9 @@ import time
 import numpy as np
 import pytest
 
-from clockalign.capture import cpuclock
-from clockalign.capture.clockprobe import ClockProbeThread
-from clockalign.capture.gpuclock import gpu_clock_available
+from clockalign.capture.clocks import cpuclock
+from clockalign.capture.clocks.clockprobe import ClockProbeThread
+from clockalign.capture.clocks.gpuclock import gpu_clock_available
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import Chunk, ClockDomain
 from clockalign.store.writer import RunWriter
@@ -150,9 +150,9 @@ def test_missing_gpu_ordinal_is_a_notice_not_an_error(tmp_path):
 def test_missing_cuda_bindings_is_one_sentence(monkeypatch):
     import sys
 
-    from clockalign.capture import gpuclock
-    monkeypatch.setattr(gpuclock, "_driver", None)
-    monkeypatch.setattr(gpuclock, "_inited", False)
+    from clockalign.capture.clocks import cudadriver, gpuclock
+    monkeypatch.setattr(cudadriver, "_driver", None)
+    monkeypatch.setattr(cudadriver, "_inited", False)
     for name in ("cuda", "cuda.bindings", "cuda.bindings.driver", "cuda.cuda"):
         monkeypatch.setitem(sys.modules, name, None)
     ok, reason = gpuclock.gpu_clock_available()

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from clockalign.capture import bpfprog, cuda_stubs
+from clockalign.capture.probes import cflags, cuda_stubs
 from clockalign.workloads import check, standin
 from clockalign.report import analysis, anomaly
 from clockalign.store import cuda_api, schema
@@ -63,7 +63,7 @@ def test_schema_is_a_view_of_the_table():
 
 
 def test_every_function_has_both_stubs_with_its_id():
-    text = bpfprog.bpf_text()
+    text = cflags.bpf_text()
     stubs = {}
     for kind, sym, helper, args in STUB.findall(text):
         assert (kind, sym) not in stubs, f"{kind}_{sym} defined twice"
@@ -80,7 +80,7 @@ def test_every_function_has_both_stubs_with_its_id():
         assert rargs[:3] == ["ctx", str(f.id), str(int(f.deref_a0))], f.symbol
         assert helper == ("cuda_return_str" if f.string_slot is not None else "cuda_return")
     # probes.c itself keeps helpers only: no hand-written stub can drift from the table
-    src = (bpfprog.bpf_source_dir() / "probes.c").read_text()
+    src = (cflags.bpf_source_dir() / "probes.c").read_text()
     assert not STUB.search(src)
 
 

@@ -3,8 +3,8 @@
 A small C program includes the header (compiled with gcc, u8..u64 typedef'd as BCC's
 headers do) and prints offsetof/sizeof of struct ca_event, ca_ring_ctl, ca_call and
 ca_slot and the value of every CA_KIND_*, CA_DROP_*, CA_TCP_* and the other constants;
-each is compared with store/schema.py, capture/bpfprog.py, capture/slotring.py and the
-offsets native/reader.c hard-codes.  The kinds and drop indices are read from the header
+each is compared with store/schema.py, capture/probes/maps.py, capture/transport/slotring.py
+and the offsets native/reader.c hard-codes.  The kinds and drop indices are read from the header
 by name, so a new one without its Python twin fails here.
 """
 import re
@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clockalign.capture import bpfprog, perfbuf, slotring
+from clockalign.capture.probes import maps
+from clockalign.capture.transport import perfbuf, slotring
 from clockalign.native import HERE as NATIVE
 from clockalign.store import schema
 from clockalign.store.schema import EVENT_DTYPE, Kind, TcpCode
@@ -95,24 +96,24 @@ def test_event_struct_is_event_dtype(c):
 def test_kinds_are_the_headers(c):
     header = {n[len("CA_KIND_"):]: int(c[n]) for n in _defines("CA_KIND_")}
     assert header == {k.name: int(k) for k in Kind}
-    assert int(c["CA_NKINDS"]) == bpfprog.CA_NKINDS
-    assert max(Kind) < bpfprog.CA_NKINDS and bpfprog.CA_NKINDS & (bpfprog.CA_NKINDS - 1) == 0
+    assert int(c["CA_NKINDS"]) == maps.CA_NKINDS
+    assert max(Kind) < maps.CA_NKINDS and maps.CA_NKINDS & (maps.CA_NKINDS - 1) == 0
 
 
 def test_drop_indices_are_the_headers(c):
-    """Every CA_DROP_* has a name in bpfprog.DROP_NAMES and none is a record kind (drops[]
+    """Every CA_DROP_* has a name in maps.DROP_NAMES and none is a record kind (drops[]
     counts both by index)."""
     drops = {n: int(c[n]) for n in _defines("CA_DROP_")}
-    assert set(drops.values()) == set(bpfprog.DROP_NAMES)
+    assert set(drops.values()) == set(maps.DROP_NAMES)
     assert len(set(drops.values())) == len(drops)
     assert not set(drops.values()) & {int(k) for k in Kind}
-    assert all(0 <= v < bpfprog.CA_NKINDS for v in drops.values())
-    names = set(bpfprog.DROP_NAMES.values()) | {k.name.lower() for k in Kind}
-    assert len(names) == len(bpfprog.DROP_NAMES) + len(Kind)
+    assert all(0 <= v < maps.CA_NKINDS for v in drops.values())
+    names = set(maps.DROP_NAMES.values()) | {k.name.lower() for k in Kind}
+    assert len(names) == len(maps.DROP_NAMES) + len(Kind)
 
 
 def test_constants(c):
-    assert int(c["CA_NEST"]) == bpfprog.CA_NEST
+    assert int(c["CA_NEST"]) == maps.CA_NEST
     assert {n[len("CA_TCP_"):]: int(c[n]) for n in _defines("CA_TCP_")} == \
         {k.name: int(k) for k in TcpCode}
     xid = int(c["CA_XID_PART_LEN"])
@@ -124,7 +125,7 @@ def test_constants(c):
 
 
 def test_call_slots_are_slot_dtype(c):
-    for struct, dt in (("ca_call", bpfprog.CALL_DTYPE), ("ca_slot", bpfprog.SLOT_DTYPE)):
+    for struct, dt in (("ca_call", maps.CALL_DTYPE), ("ca_slot", maps.SLOT_DTYPE)):
         assert int(c[f"sizeof.{struct}"]) == dt.itemsize, struct
         for name in STRUCTS[struct]:
             assert _field(c, struct, name) == (dt.fields[name][1], dt[name].itemsize), name
@@ -142,7 +143,7 @@ def _reader_c() -> dict:
 
 
 def test_slot_ring_offsets(c):
-    """capture/slotring.py and native/reader.c read head, tail and a slot's kind where the
+    """capture/transport/slotring.py and native/reader.c read head, tail and a slot's kind where the
     header puts them."""
     head, tail = _field(c, "ca_ring_ctl", "head")[0], _field(c, "ca_ring_ctl", "tail")[0]
     assert int(c["sizeof.ca_ring_ctl"]) == slotring.CTL_BYTES

@@ -4,8 +4,8 @@ first, once, and nothing is injected (tests/integration/test_gpu_activity_record
 end to end)."""
 import pytest
 
-from clockalign.capture import gpuactivity
-from clockalign.capture.gpuactivity import cannot_record
+from clockalign.capture.gpu import gpuactivity
+from clockalign.capture.gpu.gpuactivity import cannot_record
 
 
 def test_no_driver_is_said_first():
@@ -14,7 +14,7 @@ def test_no_driver_is_said_first():
 
 
 def test_no_libcuda_for_the_command(monkeypatch, tmp_path):
-    import clockalign.capture.libcuda as libcuda
+    import clockalign.capture.probes.libcuda as libcuda
     monkeypatch.setattr(libcuda, "ldconfig_cache", lambda root: {})
     monkeypatch.setattr(libcuda, "DEFAULT_DIRS", [str(tmp_path / "none")])
     why = cannot_record({"LD_LIBRARY_PATH": str(tmp_path)}, "NVRM version: 580")
@@ -27,7 +27,7 @@ def test_no_libcuda_for_the_command(monkeypatch, tmp_path):
 def test_the_recorder_injects_nothing_then(monkeypatch, driver, capsys, tmp_path):
     from clockalign.capture.recorder import Recorder, RecordOptions
     import clockalign.capture.recorder as recorder
-    import clockalign.capture.libcuda as libcuda
+    import clockalign.capture.probes.libcuda as libcuda
     monkeypatch.setattr(recorder, "nvidia_driver_version", lambda: driver)
     monkeypatch.setattr(libcuda, "ldconfig_cache", lambda root: {})
     monkeypatch.setattr(libcuda, "DEFAULT_DIRS", [str(tmp_path)])
@@ -39,4 +39,4 @@ def test_the_recorder_injects_nothing_then(monkeypatch, driver, capsys, tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("clockalign: GPU activity will not be recorded: ")
     assert err[0].endswith("; recording the rest")
-    assert rec._activity is None and "CUDA_INJECTION64_PATH" not in env
+    assert rec.activity is None and "CUDA_INJECTION64_PATH" not in env

@@ -15,11 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clockalign.capture import gpuwire
-from clockalign.capture.cupti import CuptiMissing, build_injection, find_cupti
-from clockalign.capture.gpuactivity import GpuActivity
+from clockalign.capture.gpu import gpuwire
+from clockalign import native
+from clockalign.capture.gpu.cupti import (CuptiMissing, build_injection, find_cupti,
+                                          injection_library)
+from clockalign.capture.gpu.gpuactivity import GpuActivity
 from clockalign.native import HERE as SOURCE_DIR
-from clockalign.native import build
+from clockalign.native.build import build
 from clockalign.store.schema import GPU_REC_DTYPE, Chunk, GpuKind
 
 HERE = Path(__file__).parent
@@ -100,12 +102,18 @@ def test_parser_keeps_a_cut_packet_and_a_cut_mark():
     assert len(r) == 3 and p.leftover == 0 and p.bad_bytes == 2
 
 
-def test_injection_library_builds_against_the_cupti_headers():
+def test_injection_library_builds_against_the_cupti_headers(tmp_path, monkeypatch):
+    """Built against the headers found (what installing does), named by their content: the
+    build setup made is the one record loads; where none was made, one sentence says so."""
     inst = _cupti()
-    so = build_injection(inst)
+    so = build_injection(inst, into=tmp_path)
     lib = ctypes.CDLL(so)
     assert lib.InitializeInjection
-    assert build_injection(inst) == so          # cached by content
+    assert build_injection(inst, into=tmp_path) == so          # kept by content
+    assert Path(injection_library(inst)).name == Path(so).name
+    monkeypatch.setattr(native, "BUILT", tmp_path / "nothing")
+    with pytest.raises(CuptiMissing, match="is not built for .*native.build"):
+        injection_library(inst)
 
 
 class _Writer:

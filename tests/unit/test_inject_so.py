@@ -1,4 +1,4 @@
-"""The parts of capture/inject_so.py that need no ptrace: symbols from the mapped ELF file
+"""The parts of capture/targets/inject_so.py that need no ptrace: symbols from the mapped ELF file
 plus the mapping's base, checked against where this very process's loader put them."""
 import ctypes
 import os
@@ -6,8 +6,8 @@ import platform
 
 import pytest
 
-from clockalign.capture import inject_so
-from clockalign.capture.cupti_attach import LiveCupti, refusal
+from clockalign.capture.targets import inject_so
+from clockalign.capture.gpu.cupti_attach import LiveCupti, refusal
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 only")
 

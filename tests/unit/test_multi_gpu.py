@@ -21,11 +21,11 @@ import pytest
 
 from clockalign.align import fit_run
 from clockalign.align.compare import compare
-from clockalign.capture import clockprobe
-from clockalign.capture.counters import RowBuffer
-from clockalign.capture.counters.nvml_decode import NvmlDecoder
-from clockalign.capture.counters.nvml_events import event_row
-from clockalign.capture.devices import cuda_bus_ids, device_table
+from clockalign.capture.clocks import clockprobe
+from clockalign.capture.gpu.counters import RowBuffer
+from clockalign.capture.gpu.counters.nvml_decode import NvmlDecoder
+from clockalign.capture.gpu.counters.nvml_events import event_row
+from clockalign.capture.clocks.devices import cuda_bus_ids, device_table
 from clockalign.export import export_run
 from clockalign.report import build_report
 from clockalign.store.devices import Devices, bus_id, join
@@ -70,7 +70,7 @@ def _two_device_inventory():
 
 
 class FakeDriver:
-    """cuda-bindings' driver calls used by capture/devices.py, for two devices that CUDA
+    """cuda-bindings' driver calls used by capture/clocks/devices.py, for two devices that CUDA
     numbers in the other order from NVML (CUDA 0 = bus 2A, CUDA 1 = bus 18)."""
 
     BUSES = {0: (0, 0x2A, 0), 1: (0, 0x18, 0)}
@@ -193,7 +193,7 @@ BUS_OF_ORDINAL = {0: "0000:2a:00.0", 1: "0000:18:00.0"}   # as cuDeviceGetPCIBus
 
 
 class SyntheticGpuClock:
-    """Stands in for capture/gpuclock.GpuClock where there is no GPU: a %globaltimer per
+    """Stands in for capture/clocks/gpuclock.GpuClock where there is no GPU: a %globaltimer per
     CUDA ordinal (its own skew) read between two MONOTONIC reads, so every sandwich is a
     true t0 <= host(remote) <= t1."""
 

@@ -7,16 +7,13 @@ import time
 import numpy as np
 import pytest
 
-from clockalign.capture import gpuclock
-from clockalign.capture.gpuclock import EXIT, REQ, RESP_SEQ, RESP_VAL, RESP_WORD, WORD_MASK
+from clockalign.capture.clocks import gpuclock
+from clockalign.capture.clocks.gpuclock import EXIT, REQ, RESP_SEQ, RESP_VAL, RESP_WORD, WORD_MASK
 
 
 @pytest.fixture
 def loop():
-    f = gpuclock.native_loop()
-    if f is None:
-        pytest.skip(f"native loop not built: {gpuclock.native_note}")
-    return f
+    return gpuclock.native_loop()
 
 
 def _burst(f, buf, n, timeout_ns=200_000_000, base=0):
@@ -62,11 +59,14 @@ def test_no_answer_times_out_and_a_kernel_exit_is_told_apart(loop):
     assert k == 0 and why == 1
 
 
-def test_python_loop_when_asked(monkeypatch):
+def test_an_unbuilt_loop_is_one_sentence(monkeypatch, tmp_path):
+    from clockalign import native
     monkeypatch.setattr(gpuclock, "_native", None)
-    monkeypatch.setenv("CLOCKALIGN_PINGPONG", "python")
-    assert gpuclock.native_loop() is None and "CLOCKALIGN_PINGPONG" in gpuclock.native_note
-    monkeypatch.setattr(gpuclock, "_native", None)
+    monkeypatch.setattr(native, "BUILT", tmp_path)
+    monkeypatch.delitem(native._loaded, "ca_pingpong", raising=False)
+    with pytest.raises(native.NativeMissing, match=r"ping-pong loop is not built "
+                       r"\(ca_pingpong.c\): run scripts/setup.sh"):
+        gpuclock.native_loop()
 
 
 def _word_responder(w, stop, delay_s=0.0):
@@ -88,8 +88,6 @@ def _word_responder(w, stop, delay_s=0.0):
 
 def test_one_word_answers_give_causal_sandwiches():
     f = gpuclock.native_loop(word=True)
-    if f is None:
-        pytest.skip(f"native loop not built: {gpuclock.native_note}")
     buf = np.zeros(4096 // 8, dtype=np.uint64)
     base = 1000                                      # sequence numbers go past the mask
     buf[RESP_WORD // 8] = base & WORD_MASK           # "base answered", as pingpong() sets
@@ -109,8 +107,6 @@ def test_one_word_answers_give_causal_sandwiches():
 
 def test_one_word_loop_never_takes_a_stale_answer():
     f = gpuclock.native_loop(word=True)
-    if f is None:
-        pytest.skip(f"native loop not built: {gpuclock.native_note}")
     buf = np.zeros(4096 // 8, dtype=np.uint64)
     base = 31                                        # (base + 1) & 31 == 0: the zeroed word
     buf[RESP_WORD // 8] = base & WORD_MASK           # would match without this
@@ -119,11 +115,8 @@ def test_one_word_loop_never_takes_a_stale_answer():
     assert k == 0 and why == 2                       # nobody answered: no sandwich made up
 
 
-def test_word_answer_only_where_the_timer_has_no_low_bits(monkeypatch):
-    monkeypatch.delenv("CLOCKALIGN_PINGPONG_ANSWER", raising=False)
+def test_word_answer_only_where_the_timer_has_no_low_bits():
     assert gpuclock.word_protocol_note((np.arange(10) * 32) + (1 << 40)) == ""
     note = gpuclock.word_protocol_note(np.array([64, 96, 97, 128]))
     assert "1 of 4" in note and "not multiples of 32" in note
     assert gpuclock.word_protocol_note([]) != ""
-    monkeypatch.setenv("CLOCKALIGN_PINGPONG_ANSWER", "fenced")
-    assert "fenced" in gpuclock.word_protocol_note(np.arange(10) * 32)

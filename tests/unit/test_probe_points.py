@@ -1,12 +1,12 @@
-"""Where the CUDA probes go (capture/prologue.py) and which returns are probed
+"""Where the CUDA probes go (capture/probes/prologue.py) and which returns are probed
 (--cuda-returns): no root, no BPF."""
 import re
 import subprocess
 
 import pytest
 
-from clockalign.capture import prologue
-from clockalign.capture.bpfprog import ProbeOptions, build_cflags, entry_only_ids
+from clockalign.capture.probes import prologue
+from clockalign.capture.probes.cflags import ProbeOptions, build_cflags, entry_only_ids
 from clockalign.store import cuda_api
 
 

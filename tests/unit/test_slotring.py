@@ -1,19 +1,18 @@
-"""The slot rings' reader (capture/slotring.py) on memory laid out as the BPF side writes it.
+"""The slot rings' reader (capture/transport/slotring.py) on memory laid out as the BPF side
+writes it.
 
 The two BPF arrays are stood in for by memfds of the same layout (an mmapable BPF array maps
 its values from offset 0 like a file), written here as bpf/probes.c's ring_reserve and
 ring_commit do: head moved first, the slot filled, its kind stored last.  Each reader — the C
-drain, the numpy one, native/reader.c's thread — must take the committed slots in timestamp
+drain called from Python, native/reader.c's thread — must take the committed slots in timestamp
 order, stop at a slot still being written, clear the kinds it took and move the tail.
 """
 import os
 import time
 
-import numpy as np
 import pytest
 
-from clockalign.capture.slotring import CTL_BYTES, HEAD_WORD, TAIL_WORD, SlotRings
-from clockalign.native import batch as native_batch
+from clockalign.capture.transport.slotring import CTL_BYTES, HEAD_WORD, TAIL_WORD, SlotRings
 from clockalign.store.schema import EVENT_DTYPE
 
 CPUS, SLOTS = 3, 16
@@ -70,12 +69,10 @@ class _Writer:
             self.fill(w, ts)
 
 
-@pytest.fixture(params=["native", "numpy"])
-def rings(request):
-    if request.param == "native" and not native_batch.available():
-        pytest.skip(f"the native helper does not build here: {native_batch.why_unavailable()}")
+@pytest.fixture
+def rings():
     ctl, ring = _Table(CPUS * CTL_BYTES), _Table(CPUS * SLOTS * EVENT_DTYPE.itemsize)
-    r = SlotRings(ctl, ring, CPUS, SLOTS, EVENT_DTYPE, native=request.param == "native")
+    r = SlotRings(ctl, ring, CPUS, SLOTS, EVENT_DTYPE)
     yield r
     r.close()
     ctl.close()
@@ -123,13 +120,11 @@ def test_wrapping_and_a_full_ring(rings):
 
 
 def test_the_c_reader_thread_takes_what_is_written():
-    if native_batch.reader_lib() is None:
-        pytest.skip(f"the native helper does not build here: {native_batch.why_unavailable()}")
     ctl, ring = _Table(CPUS * CTL_BYTES), _Table(CPUS * SLOTS * EVENT_DTYPE.itemsize)
     rings = SlotRings(ctl, ring, CPUS, SLOTS, EVENT_DTYPE)
     try:
         w = _Writer(rings)
-        assert rings.start_reader(max_bytes=1 << 20, poll_s=0.001)
+        rings.start_reader(max_bytes=1 << 20, poll_s=0.001)
         want, ts = [], 0
         for burst in range(20):                        # more than the rings hold in all
             for cpu in range(CPUS):

@@ -274,8 +274,6 @@ def _random_events(n, seed):
     return ev
 
 
-@pytest.mark.skipif(not codec.native_batch.available(),
-                    reason=f"native batch helper not built: {codec.native_batch.why_unavailable()}")
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 511, 512, 513, 5000])
 def test_native_record_encoder_writes_the_numpy_encoders_bytes(n):
     ev = _random_events(n, n)
@@ -284,8 +282,6 @@ def test_native_record_encoder_writes_the_numpy_encoders_bytes(n):
     assert codec.decode_columns(want)["data"].tobytes() == ev["data"].tobytes()
 
 
-@pytest.mark.skipif(not codec.native_batch.available(),
-                    reason=f"native batch helper not built: {codec.native_batch.why_unavailable()}")
 def test_native_record_encoder_on_another_layout():
     """Padding between fields, a delta column of 4 bytes, a raw byte and a sparse field."""
     dt = np.dtype({"names": ["t_ns", "flag", "v", "blob"],
@@ -303,7 +299,7 @@ def test_native_record_encoder_on_another_layout():
     assert all(back[k].tobytes() == rows[k].tobytes() for k in dt.names)
 
 
-def test_record_encoder_without_the_native_helper(monkeypatch):
+def test_record_encoder_on_a_layout_batch_c_does_not_take(monkeypatch):
     ev = _random_events(300, 1)
     monkeypatch.setattr(codec.native_batch, "encode", lambda rows, spec: None)
     assert codec.encode_records(ev) == codec.encode_columns({k: ev[k] for k in EVENT_DTYPE.names})

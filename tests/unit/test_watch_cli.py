@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 
-from clockalign.capture.sinks import ChunkTee, open_writer
+from clockalign.capture.transport.sinks import ChunkTee, open_writer
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import EVENT_DTYPE, Chunk
 from clockalign.store.writer import RunWriter

@@ -1,4 +1,4 @@
-"""watch --follow's process selection (capture/follow.py) and the aggregator's view of
+"""watch --follow's process selection (capture/targets/follow.py) and the aggregator's view of
 targets coming and going (no root: real processes, no probes)."""
 import os
 import shutil
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from clockalign.capture.follow import Follower, check_names, matches
+from clockalign.capture.targets.follow import Follower, check_names, matches
 from clockalign.errors import ClockalignError
 from clockalign.store import cuda_api
 from clockalign.store.schema import Chunk
@@ -130,7 +130,7 @@ def test_old_processes_are_matched_only_in_sweeps_and_a_late_exec_is_found(sleep
     """A scan matches the processes it first saw less than YOUNG_S ago (a fork execs its
     program a moment later), and every process only in a sweep each SWEEP_S: a process that
     execs into a followed program after it is old is found by the next sweep."""
-    from clockalign.capture import follow
+    from clockalign.capture.targets import follow
     exe, _ = sleeper
     t = [1000.0]
     f = Follower([exe.name], clock=lambda: t[0])

@@ -7,8 +7,8 @@ import dataclasses
 import os
 
 from ..errors import ClockalignError
-from .bpfprog import import_bcc
-from .tracefs import mount_tracefs, tracefs_dir, tracepoint_exists
+from .probes.cflags import import_bcc
+from .probes.tracefs import mount_tracefs, tracefs_dir, tracepoint_exists
 
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 
@@ -106,6 +106,13 @@ def check_headers() -> Check:
     return Check("kernel headers", True, f"BPF compiles ({os.path.realpath(build)})")
 
 
+def check_native():
+    """The C helpers every recording runs, built at install (native/build.py)."""
+    from .. import native
+    return [Check(f"C helper for {what}", path is not None, str(path) if path else why,
+                  native.HOW_TO_BUILD) for what, path, why in native.check()]
+
+
 def check_tracepoints():
     out = []
     for cat, ev in REQUIRED_TRACEPOINTS + OPTIONAL_TRACEPOINTS:
@@ -125,7 +132,7 @@ def check_uprobes() -> Check:
 
 
 def check_libcuda(pid=None, explicit=None, required=True) -> Check:
-    from .libcuda import resolve_for_pid, resolve_like_loader
+    from .probes.libcuda import resolve_for_pid, resolve_like_loader
     if explicit:
         ok = os.path.exists(explicit)
         return Check("libcuda", ok, explicit if ok else f"{explicit} does not exist",
@@ -140,7 +147,7 @@ def check_libcuda(pid=None, explicit=None, required=True) -> Check:
 
 def check_counters():
     try:
-        from .counters import available
+        from .gpu.counters import available
     except ImportError as e:
         return [Check("NVML", False, f"counter backends not importable ({e})", required=False)]
     out = []
@@ -154,7 +161,7 @@ def check_counters():
 
 def check_gpus() -> Check:
     try:
-        from .counters import gpu_inventory
+        from .gpu.counters import gpu_inventory
         gpus, why = gpu_inventory()
     except ImportError as e:
         return Check("GPUs", False, f"cannot enumerate ({e})", required=False)
@@ -167,7 +174,7 @@ def check_gpus() -> Check:
 
 def check_gpu_clock() -> Check:
     try:
-        from .gpuclock import gpu_clock_available
+        from .clocks.gpuclock import gpu_clock_available
         ok, reason = gpu_clock_available()
     except Exception as e:
         ok, reason = False, f"gpu clock probe not importable ({e})"
@@ -176,11 +183,11 @@ def check_gpu_clock() -> Check:
 
 
 def check_cupti() -> Check:
-    """CUPTI for record --gpu-activity: found, and the injection library builds against it."""
-    from .cupti import build_injection, find_cupti
+    """CUPTI for record --gpu-activity: found, and the injection library built against it."""
+    from .gpu.cupti import find_cupti, injection_library
     try:
         inst = find_cupti()
-        build_injection(inst)
+        injection_library(inst)
     except ClockalignError as e:
         return Check("CUPTI (--gpu-activity)", False, str(e), required=False)
     return Check("CUPTI (--gpu-activity)", True, f"{inst.lib} ({inst.where}); injection "
@@ -189,8 +196,8 @@ def check_cupti() -> Check:
 
 def _check_steps(pid=None, libcuda=None, needs_cuda=True, full=True):
     """Checks in order, as callables, so `require` stops at the first failure."""
-    steps = [check_architecture, check_privileges, check_tracefs, check_bcc, check_headers,
-             check_tracepoints]
+    steps = [check_architecture, check_native, check_privileges, check_tracefs, check_bcc,
+             check_headers, check_tracepoints]
     if needs_cuda:
         steps += [check_uprobes, lambda: check_libcuda(pid, libcuda, required=False)]
     if full:

@@ -23,7 +23,7 @@ Examples:
 def _gpu_ready():
     """(True, "") where a CUDA workload can run here, else (False, why not)."""
     try:
-        from ..capture.counters import gpu_inventory
+        from ..capture.gpu.counters import gpu_inventory
         gpus, why = gpu_inventory()
     except ImportError as e:
         return False, f"GPU inventory unavailable ({e})"

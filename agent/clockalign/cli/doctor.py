@@ -14,8 +14,9 @@ Examples:
 @click.command("doctor", epilog=EPILOG)
 @click.option("--pid", type=int, help="Check libcuda for this process.")
 def command(pid):
-    """Check privileges, tracefs, BCC, kernel headers, tracepoints, uprobes, libcuda, NVML/DCGM
-    and GPUs; say what to do about each one missing. Exits 1 if a requirement is missing."""
+    """Check the C helpers, privileges, tracefs, BCC, kernel headers, tracepoints, uprobes,
+    libcuda, NVML/DCGM and GPUs; say what to do about each one missing. Exits 1 if a
+    requirement is missing."""
     checks = run_checks(pid=pid)
     for c in checks:
         click.echo(c.line())

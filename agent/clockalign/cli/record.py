@@ -81,7 +81,7 @@ def probe_options(f):
 
 
 def dump_bpf_text(no_cuda, libcuda, cuda_args, ring_mb, cuda_returns="all") -> str:
-    from ..capture.bpfprog import ProbeOptions, dump_bpf as dump
+    from ..capture.probes.cflags import ProbeOptions, dump_bpf as dump
     return dump(ProbeOptions(cuda_lib=None if no_cuda else (libcuda or "libcuda.so.1"),
                              cuda_args=cuda_args, ring_mb=ring_mb, cuda_returns=cuda_returns))
 

@@ -46,7 +46,7 @@ class Plan:
 def _gpus() -> list:
     """NVML's GPUs of this host ([] without NVML)."""
     try:
-        from ..capture.counters import gpu_inventory
+        from ..capture.gpu.counters import gpu_inventory
         gpus, _ = gpu_inventory()
     except ImportError:
         gpus = []
@@ -204,7 +204,7 @@ def _end_session(rec):
 
 
 def record_one(plan, engine, fault, notices) -> dict:
-    from ..capture.libcuda import resolve_like_loader
+    from ..capture.probes.libcuda import resolve_like_loader
     from ..capture.recorder import Recorder, RecordOptions
     stem = f"{engine}-{fault}" + (f"-standby{plan.standby}" if plan.standby else "")
     work = os.path.join(plan.out_dir, stem)

@@ -1,123 +1,91 @@
-"""Small C helpers, built with the host's C compiler on first use and loaded with ctypes: the
-recorder's per-event work (batch.c), the GPU clock ping-pong's host loop (ca_pingpong.c), and
-the CUPTI injection library of record --gpu-activity (ca_cupti.c, built against the CUPTI
-headers of the libcupti it will load: capture/cupti.py).
+"""Small C helpers, loaded with ctypes: the event buffers' reader thread and the recorder's
+per-event work (reader.c with batch.c), the GPU clock ping-pong's host loop (ca_pingpong.c),
+and the CUPTI injection library of record --gpu-activity (ca_cupti.c, built against the CUPTI
+headers of the libcupti it will load: capture/gpu/cupti.py).
 
-A helper is compiled once per source text into a cache directory ($CLOCKALIGN_CACHE, else
-/var/cache/clockalign when writable, else ~/.cache/clockalign, else a temporary directory) and
-loaded from there afterwards.  Where no compiler is found, or it fails, ``load`` returns None
-and ``why_not`` says why: callers fall back to numpy, which is correct but slower, and say so.
+They are built when clockalign is installed, never when a command runs: scripts/setup.sh,
+scripts/install_bundle.sh and pip install run ``python3 -m clockalign.native.build``
+(native/build.py), which compiles each into native/_built/, named by the digest of its
+sources, so that an edited source is never run against an older build.  A helper that is not
+built (or built from other sources) is a NativeMissing error naming what to run; `clockalign
+doctor` checks each one.
+
+    lib = load("reader")            # ctypes.CDLL, or NativeMissing
 """
 import ctypes
 import hashlib
-import os
 import pathlib
-import shutil
-import subprocess
-import tempfile
+
+from ..errors import ClockalignError
 
 HERE = pathlib.Path(__file__).resolve().parent
-# helpers built from more than NAME.c (all of them hashed into the cache key)
-SOURCES = {"reader": ["reader.c", "batch.c"]}
+BUILT = HERE / "_built"
+# helper -> (what it does, its sources: all of them hashed into its file name)
+HELPERS = {
+    "reader": ("the event buffers' reader thread and batch work", ["reader.c", "batch.c"]),
+    "ca_pingpong": ("the GPU clock's ping-pong loop", ["ca_pingpong.c"]),
+}
+HOW_TO_BUILD = "run scripts/setup.sh (installed with pip: sudo python3 -m clockalign.native.build)"
 _loaded: dict = {}
-_why: dict = {}
 
 
-def _cache_dir() -> pathlib.Path:
-    env = os.environ.get("CLOCKALIGN_CACHE")
-    candidates = [pathlib.Path(env)] if env else []
-    candidates += [pathlib.Path("/var/cache/clockalign"),
-                   pathlib.Path.home() / ".cache" / "clockalign",
-                   pathlib.Path(tempfile.gettempdir()) / f"clockalign-{os.getuid()}"]
-    for d in candidates:
-        try:
-            d.mkdir(parents=True, exist_ok=True, mode=0o755)
-            if os.access(d, os.W_OK | os.X_OK) and d.stat().st_uid == os.getuid():
-                return d
-        except OSError:
-            continue
-    raise OSError("no writable cache directory for the native helpers")
+class NativeMissing(ClockalignError):
+    """A C helper is not built for these sources (one sentence, naming what to run)."""
 
 
-def _compiler():
-    for cc in (os.environ.get("CC"), "cc", "gcc"):
-        if cc and shutil.which(cc):
-            return cc
-    return None
+def source_paths(sources) -> list:
+    """Paths of sources given as names in this directory or as paths."""
+    return [pathlib.Path(s) if "/" in str(s) else HERE / s for s in sources]
 
 
-def _deps(cc, srcs, args) -> list:
-    """The headers the sources include (cc -M): part of the cache key of a build against
-    outside headers (the CUPTI record layouts differ between versions)."""
-    r = subprocess.run([cc, "-M", *args, *map(str, srcs)], capture_output=True, text=True,
-                       timeout=60)
-    if r.returncode != 0:
-        raise OSError(f"{cc} cannot build {srcs[0].name}: {_first_error(r.stderr)}")
-    words = r.stdout.replace("\\\n", " ").split()
-    return sorted({w for w in words if not w.endswith(":")})
+def digest(sources, key: bytes = b"") -> str:
+    """16 hex digits of the sources' text and key (what else the build depends on)."""
+    h = hashlib.sha256(b"".join(p.read_bytes() for p in source_paths(sources)))
+    h.update(key)
+    return h.hexdigest()[:16]
 
 
-def _first_error(stderr: str) -> str:
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    return next((ln for ln in lines if "error" in ln), lines[-1] if lines else "it failed")
+def built_path(name: str, sources=None, key: bytes = b"", into=None) -> pathlib.Path:
+    """Where helper ``name`` built from ``sources`` (default HELPERS[name]) lives."""
+    sources = HELPERS[name][1] if sources is None else sources
+    return pathlib.Path(into or BUILT) / f"{name}-{digest(sources, key)}.so"
 
 
-def build(name: str, sources=None, include_dirs=(), libs=(), defines=(), cflags=()) -> str:
-    """Path of the shared object NAME-<digest>.so built from ``sources`` (default NAME.c in
-    this directory; names here or paths), cached by the source text, and, where
-    ``include_dirs`` are given, the flags and every header included.  OSError saying why
-    when there is no compiler or the build fails."""
-    srcs = [HERE / f"{name}.c"] if sources is None else [
-        pathlib.Path(s) if os.sep in str(s) else HERE / s for s in sources]
-    args = [f"-I{d}" for d in include_dirs] + [f"-D{d}" for d in defines] + list(cflags)
-    h = hashlib.sha256(b"".join(s.read_bytes() for s in srcs))
-    cc = _compiler()
-    if args or libs:
-        if cc is None:
-            raise OSError("no C compiler (cc or gcc) found")
-        h.update(" ".join(args + [f"-l{lib}" for lib in libs]).encode())
-        for dep in _deps(cc, srcs, args):
-            try:
-                h.update(dep.encode() + pathlib.Path(dep).read_bytes())
-            except OSError:
-                pass
-    out = _cache_dir() / f"{name}-{h.hexdigest()[:16]}.so"
-    if out.exists():
-        return str(out)
-    if cc is None:
-        raise OSError("no C compiler (cc or gcc) found")
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".so")
-    os.close(fd)
-    try:
-        r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-std=c99", *args, "-o", tmp,
-                            *map(str, srcs), *[f"-l{lib}" for lib in libs]],
-                           capture_output=True, text=True, timeout=120)
-        if r.returncode != 0:
-            raise OSError(f"{cc} failed on {srcs[0].name}: {_first_error(r.stderr)}")
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, out)            # atomic: a concurrent build leaves one good file
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return str(out)
+def why_missing(name: str, sources) -> str:
+    """'not built (sources)', or built from other sources, for a helper with no build."""
+    stale = any(BUILT.glob(f"{name}-*.so"))
+    srcs = ", ".join(pathlib.Path(s).name for s in sources)
+    return ("built from other sources than this checkout's" if stale else "not built") + \
+        f" ({srcs})"
+
+
+def require(name: str) -> pathlib.Path:
+    """The built file of helper ``name``; NativeMissing when there is none."""
+    what, sources = HELPERS[name]
+    path = built_path(name)
+    if not path.is_file():
+        raise NativeMissing(f"the C helper for {what} is {why_missing(name, sources)}: "
+                            f"{HOW_TO_BUILD}")
+    return path
 
 
 def load(name: str):
-    """The ctypes library of helper ``name`` (agent/clockalign/native/NAME.c), or None."""
-    if name in _loaded:
-        return _loaded[name]
-    lib = None
-    if os.environ.get("CLOCKALIGN_NO_NATIVE"):
-        _why[name] = "CLOCKALIGN_NO_NATIVE is set"
-    else:
+    """The ctypes library of helper ``name`` (HELPERS); NativeMissing when it is not built."""
+    if name not in _loaded:
+        path = require(name)
         try:
-            lib = ctypes.CDLL(build(name, SOURCES.get(name)))
-        except (OSError, subprocess.SubprocessError) as e:
-            _why[name] = str(e)
-    _loaded[name] = lib
-    return lib
+            _loaded[name] = ctypes.CDLL(str(path))
+        except OSError as e:
+            raise NativeMissing(f"the C helper {path} does not load ({e}): "
+                                f"{HOW_TO_BUILD}") from None
+    return _loaded[name]
 
 
-def why_not(name: str) -> str:
-    """Why ``load(name)`` gave None ('' when it did not)."""
-    return _why.get(name, "")
+def check() -> list:
+    """[(what, built path or None, why it is missing)] of every helper, for doctor."""
+    out = []
+    for name, (what, sources) in HELPERS.items():
+        path = built_path(name)
+        ok = path.is_file()
+        out.append((what, path if ok else None, "" if ok else why_missing(name, sources)))
+    return out

@@ -62,9 +62,9 @@ int64_t ca_drain(const uint8_t *data, uint64_t size, uint64_t tail, uint64_t hea
     return n;
 }
 
-/* Copy the committed records of one slot ring's positions [tail, head) (capture/slotring.py:
- * nslots slots of rec bytes; a slot is committed once its 16-bit kind at kind_off is not 0,
- * the BPF writer storing it last) into out (at most cap) and their first 8 bytes (the
+/* Copy the committed records of one slot ring's positions [tail, head)
+ * (capture/transport/slotring.py: nslots slots of rec bytes; a slot is committed once its
+ * 16-bit kind at kind_off is not 0, the BPF writer storing it last) into out (at most cap) and their first 8 bytes (the
  * timestamp) into ts.  Stops at the first slot still being written.  Each slot read gets its
  * kind cleared, before the caller moves the tail past it, so the writer that reuses the slot
  * leaves it uncommitted until it is complete.  Returns the records copied; *new_tail is

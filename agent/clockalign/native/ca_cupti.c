@@ -24,7 +24,8 @@
  * CA_GK_MODE record with the time of each switch, so the run file says what was on when.
  *
  * `record --pid P --gpu-activity` loads the library into a running process instead
- * (capture/inject_so.py) and calls ca_cupti_attach(settings): see ca_gpu_wire.h, struct ca_live.
+ * (capture/targets/inject_so.py) and calls ca_cupti_attach(settings): see ca_gpu_wire.h,
+ * struct ca_live.
  *
  * A write that would raise SIGPIPE (the recorder is gone) is caught with SIGPIPE blocked
  * in the writing thread; the library then stops collecting, and the target runs on.

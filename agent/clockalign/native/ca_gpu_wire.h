@@ -1,7 +1,7 @@
 /*
  * The byte stream from the CUPTI injection library (ca_cupti.c) to `clockalign record`
- * through a FIFO.  capture/gpuwire.py and store/schema.py hold the numpy twins; tests/unit/test_gpu_wire.py
- * compiles this header and checks every offset against them.
+ * through a FIFO.  capture/gpu/gpuwire.py and store/schema.py hold the numpy twins;
+ * tests/unit/test_gpu_wire.py compiles this header and checks every offset against them.
  *
  * Every write(2) is one packet of at most PIPE_BUF (4096) bytes, so packets of several
  * target processes sharing the FIFO never interleave:

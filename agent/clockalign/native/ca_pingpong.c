@@ -1,5 +1,5 @@
 /*
- * The host side of the GPU clock ping-pong (capture/gpuclock.py), in C: the Python loop's
+ * The host side of the GPU clock ping-pong (capture/clocks/gpuclock.py), in C: the Python loop's
  * best round trip is about 2.2 us on an H200 host, a C loop's about 1.8 us, and the band
  * half-width sits just above half the best round trip.
  *

@@ -1,9 +1,10 @@
 /* A reader thread in C that keeps the per-CPU event buffers empty without the GIL: the slot
- * rings (capture/slotring.py, mode 1) or the perf buffers (capture/perfbuf.py, mode 0).
+ * rings (capture/transport/slotring.py, mode 1) or the perf buffers
+ * (capture/transport/perfbuf.py, mode 0); capture/transport/drain.py takes what it gathered.
  *
- * capture/drain.py's Python thread reads the buffers between the recorder's other work, but
- * it needs the GIL between its native reads: an import, a long numpy step or a collection in
- * any other thread of the recorder holds it for tens of milliseconds, and at 1 M events/s one
+ * A Python reader thread (what clockalign had before) needs the GIL between its reads: an
+ * import, a long numpy step or a collection in any other thread of the recorder holds it for
+ * tens of milliseconds, and at 1 M events/s one
  * CPU's 8 MiB buffer is full in 65 ms.  This thread never touches Python: it copies every
  * CPU's records (batch.c's ca_slot_drain or ca_drain, built into the same library) into one
  * growing staging area and moves each buffer's tail; Python takes what has gathered with
@@ -143,7 +144,8 @@ static double pass(struct ca_reader *r, int *held)
 }
 
 /* Sleep poll_ns, or less where the fullest buffer, filling as fast as it did since the last
- * pass, would be half full by then (capture/recorder.py next_poll_s, the same rule). */
+ * pass, would be half full by then (the rule the Python reader used: scripts/bench/
+ * python_reader.py next_poll_s). */
 static void *run(void *arg)
 {
     struct ca_reader *r = arg;

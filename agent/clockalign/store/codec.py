@@ -156,8 +156,10 @@ def _payload(n: int, spec: list, sizes: list, data) -> dict:
 
 def encode_records(rows: np.ndarray) -> dict:
     """encode_columns of a structured array's fields, in field order: the same payload, built
-    by the native helper (clockalign/native/batch.c) in one pass over the rows when it is
-    available, for the recorder's event batches (numpy's strided copies cost ~1 us an event)."""
+    by the C helper (clockalign/native/batch.c) in one pass over the rows, for the recorder's
+    event batches (numpy's strided copies cost ~1 us an event); encode_columns itself for a
+    layout batch.c does not take (big-endian, over 64 columns or a field over 64 bytes).
+    NativeMissing where the helper is not built."""
     spec = [_layout(name, rows.dtype[name]) for name in rows.dtype.names]
     if all(rows.dtype[name].byteorder != ">" for name in rows.dtype.names):
         built = native_batch.encode(np.ascontiguousarray(rows), spec)

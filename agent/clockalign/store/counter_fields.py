@@ -85,7 +85,7 @@ COUNTER_COLUMNS = {
     "gpu": "u1",             # NVML index (not CUDA_VISIBLE_DEVICES order)
     "field": "<u2",          # id in FIELDS
     "t_real_ns": "<i8",      # CLOCK_REALTIME when the value was taken (end of window if averaged)
-    "latency_ns": "<i8",     # how far the true time may be from t_real_ns (see capture/counters)
+    "latency_ns": "<i8",     # how far the true time may be from t_real_ns (capture/gpu/counters)
     "recv_mono_ns": "<i8",   # CLOCK_MONOTONIC when the recorder received the value
     "value": "<f8",
     "window_ns": "<i8",      # averaging window ending at t_real_ns; 0 = instantaneous

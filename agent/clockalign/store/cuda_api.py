@@ -10,8 +10,8 @@ kernel name, so a report can name the kernels a launch's func pointer refers to;
 name of cuModuleLoad / cuLibraryLoadFromFile).
 
 Ids are file format: a number, once used, always means the same symbol and is never reused.
-``capture/bpfprog.py`` generates the ``enter_X``/``return_X`` BPF stubs from this table
-(``bpf_stubs()``); schema.CUDA_FUNCTIONS and every role list of the readers derive from it.
+``capture/probes/cuda_stubs.py`` generates the ``enter_X``/``return_X`` BPF stubs from this
+table (``c_text()``); schema.CUDA_FUNCTIONS and every role list of the readers derive from it.
 
     from clockalign.store import cuda_api
     cuda_api.BY_SYMBOL["cuGraphLaunch"].role          # 'graph_launch'

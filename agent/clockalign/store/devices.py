@@ -9,7 +9,7 @@ into NVML's form.  (An NVML Xid event names its device by handle, which the even
 turns into the NVML index; DCGM's GPU ids are matched to NVML indices by uuid.)  A device is named ``GPU<n>`` with n its NVML index (what nvidia-smi
 shows, and the counters' gpu column); where NVML is missing, n is the device's place in
 bus-id order, which is NVML's own order on the hosts seen.  The run file's header keeps
-the table (capture/devices.py builds it):
+the table (capture/clocks/devices.py builds it):
 
     "devices": [{"name": "GPU0", "number": 0, "bus_id": "00000000:18:00.0",
                  "nvml_index": 0, "cuda_ordinal": 1, "uuid": "GPU-...", "model": "NVIDIA H200"}]

@@ -2,7 +2,7 @@
 
 The BPF side emits one fixed-size C struct (bpf/clockalign.h, ``struct ca_event``) for
 every kind of event; EVENT_DTYPE is its numpy twin, so a batch from the per-CPU perf
-buffers (capture/perfbuf.py) is decoded with one numpy view.  Kind, chunk-type and CUDA
+buffers (capture/transport/perfbuf.py) is decoded with one numpy view.  Kind, chunk-type and CUDA
 function numbers are part of the file format: a retired number is never reused.
 
     ev = np.frombuffer(raw, dtype=EVENT_DTYPE)
@@ -97,7 +97,7 @@ class Chunk(enum.IntEnum):
     EVENTS = 1        # columns of EVENT_DTYPE
     CPU_CLOCK = 2     # columns: domain(u1: ClockDomain), t0, remote, t1 (int64 ns)
     GPU_CLOCK = 3     # columns: gpu(u1), method(u1: 1 ping-pong, 2 launch+sync), t0, remote, t1
-    COUNTERS = 4      # columns: see capture/counters (REALTIME-stamped GPU samples)
+    COUNTERS = 4      # columns: see capture/gpu/counters (REALTIME-stamped GPU samples)
     NOTICES = 5       # rows: {"t_ns", "level", "text"}
     THREADS = 6       # rows: {"pid", "tid", "comm", "t_ns"} read from /proc
     STATUS = 7        # rows: periodic {"t_ns", "events", "drops": {kind: n}}

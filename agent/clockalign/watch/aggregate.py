@@ -1,6 +1,6 @@
 """Live aggregation of a recording into bounded state: counters and fixed-bucket histograms.
 
-An Aggregator is a recorder sink (capture/sinks.py): it is handed every chunk the run file
+An Aggregator is a recorder sink (capture/transport/sinks.py): it is handed every chunk the run file
 would get — event batches (numpy columns of EVENT_DTYPE), counter samples, GPU clock
 sandwiches, status rows — and folds each into totals at once; no event is kept.  Memory
 is bounded by the label values (pids, peers, results: each capped, the rest counted as
@@ -121,7 +121,7 @@ class Aggregator:
         self.clock_errors = 0
         self.gpus = []
         self.armed = False
-        self.cuda_share = 1.0             # --cuda-duty (capture/duty.py)
+        self.cuda_share = 1.0             # --cuda-duty (capture/probes/duty.py)
         self.closed = False
         self.scrapes = 0                                # set by the server (watch/server.py)
         self._xid_from_bpf = False
@@ -404,7 +404,7 @@ class Aggregator:
     def preload(self):
         """Called by the recorder before the probes fire: align imports scipy.optimize
         (~0.3 s holding the GIL in stretches), which at the first GPU clock chunk would
-        stall the recording mid-run (Recorder._preload says why that matters)."""
+        stall the recording mid-run (capture/helpers.py preload says why that matters)."""
         from .. import align  # noqa: F401
 
     def _gpu_clock(self, c):
