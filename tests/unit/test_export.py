@@ -26,6 +26,7 @@ from clockalign.store.reader import RunReader
 from clockalign.store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, Chunk, Kind, unpack_dims
 from clockalign.store.writer import RunWriter
 from clockalign.timeline import Timeline
+from tests.unit import pftrace as pfdecode
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "synthetic-report", "run.ca")
 SLICE_KINDS = (Kind.CUDA, Kind.CUDA_UNFINISHED, Kind.CONNECT, Kind.SCHED)
@@ -51,10 +52,11 @@ def stream_work(run) -> int:
 
 
 def parse(path) -> Trace:
-    t = Trace()
+    """The trace's packets as a reader sees them: compressed bundles expanded, timestamps
+    absolute (MONOTONIC), each event's track filled in from its sequence's defaults
+    (tests/unit/pftrace.py)."""
     with open(path, "rb") as f:
-        t.ParseFromString(f.read())
-    return t
+        return pfdecode.decode(f.read())
 
 
 def check_trace(trace: Trace) -> dict:
@@ -72,12 +74,16 @@ def check_trace(trace: Trace) -> dict:
     open_begin = {}
     for i, p in enumerate(trace.packet):
         s = p.trusted_packet_sequence_id
-        if p.HasField("clock_snapshot"):
-            snapshot = {c.clock_id: c.timestamp for c in p.clock_snapshot.clocks}
+        if p.HasField("clock_snapshot") and all(c.clock_id < 64 for c in p.clock_snapshot.clocks):
+            snapshot = {c.clock_id: c.timestamp for c in p.clock_snapshot.clocks}  # the run's
         if p.sequence_flags & TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
             assert s not in seq_started, f"packet {i}: sequence {s} cleared twice"
             seq_started.add(s)
-            assert p.trace_packet_defaults.timestamp_clock_id == 3  # BUILTIN_CLOCK_MONOTONIC
+            # BUILTIN_CLOCK_MONOTONIC, or the sequence's own incremental clock (pftrace.py
+            # checks that a snapshot on the sequence pairs it with MONOTONIC before use)
+            assert p.trace_packet_defaults.timestamp_clock_id in (3, 64)
+        if p.HasField("timestamp"):
+            assert p.timestamp_clock_id == 3, f"packet {i}: not on MONOTONIC"
         if p.sequence_flags & TracePacket.SEQ_NEEDS_INCREMENTAL_STATE:
             assert s in seq_started, f"packet {i}: sequence {s} used before it was cleared"
         if p.HasField("interned_data"):
@@ -564,7 +570,6 @@ def test_bench_script_runs(tmp_path):
 def test_two_exports_concatenate_without_id_collisions(tmp_path):
     """`cat a.pftrace b.pftrace` must not merge tracks or sequences of different runs, nor
     take the small sequence ids traced's own writers use."""
-    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
     from clockalign.export import export_run
     from clockalign.timeline import Timeline
     here = os.path.dirname(__file__)
@@ -577,16 +582,14 @@ def test_two_exports_concatenate_without_id_collisions(tmp_path):
         export_run(Timeline.open(run), str(out), "perfetto")
         data = out.read_bytes()
         blob += data
-        t = Trace()
-        t.ParseFromString(data)
+        t = pfdecode.decode(data)
         seqs = {p.trusted_packet_sequence_id for p in t.packet}
         uuids = {p.track_descriptor.uuid for p in t.packet if p.HasField("track_descriptor")}
-        assert min(seqs) >= 1 << 30 and uuids
+        assert min(seqs) >= 1 << 21 and max(seqs) < 1 << 28 and uuids
         ids.append((seqs, uuids))
         counts.append(len(t.packet))
     assert not ids[0][0] & ids[1][0] and not ids[0][1] & ids[1][1]
-    both = Trace()
-    both.ParseFromString(blob)                 # one valid trace: the packets of both
+    both = pfdecode.decode(blob)                # one valid trace: the packets of both
     assert len(both.packet) == sum(counts)
 
 

@@ -5,9 +5,10 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
 from . import gpu_runs as g
+from . import pftrace
 from clockalign.cli.main import cli
 from clockalign.report import build_report
 from clockalign.store import cuda_api
@@ -120,8 +121,7 @@ def test_perfetto_has_stream_tracks_and_flows_from_launches(run, tmp_path):
     res = CliRunner().invoke(cli, ["export", str(path), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "210 GPU executions (200 with a flow" in res.output
-    t = Trace()
-    t.ParseFromString(out.read_bytes())
+    t = pftrace.decode(out.read_bytes())
     tracks = {p.track_descriptor.uuid: p.track_descriptor for p in t.packet
               if p.HasField("track_descriptor")}
     gpu_tracks = {u for u, d in tracks.items() if d.name.startswith("GPU0 stream")}

@@ -107,7 +107,8 @@ def _graph_strings(model, r, kernel):
 
 def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BATCH_ROWS) -> int:
     """The GPU slices of ``acts`` on their stream tracks, through the writer's bulk path
-    (PerfettoWriter.prepare/encode, as the BPF events); returns how many were written."""
+    (PerfettoWriter.write_batch: prepare and encode, as the BPF events); returns how many
+    were written."""
     r = acts.rows
     if not len(r):
         return 0
@@ -149,9 +150,5 @@ def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BAT
                      track=track[rows], cat=np.full(n, CAT["gpu"], dtype=np.int64),
                      name=sid[rows], slots=sl, kind=r["kind"][rows].astype(np.int64),
                      tid=r["launch_tid"][rows], flows={}, end_flows=ends)
-        ctx = w.prepare(b)
-        blob = w.encode(b, ctx)
-        w.f.write(blob)
-        w.bytes += len(blob)
-        w.count(b)
+        w.write_batch(b)
     return len(r)

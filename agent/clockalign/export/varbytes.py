@@ -83,6 +83,26 @@ def varint(values, width: int = None) -> Part:
     return Part(out, width)
 
 
+def varint_min(values) -> Part:
+    """Protobuf varints of uint64 values, each in its fewest bytes (a part of variable
+    length: worth its mask where the values span widths, as time deltas do)."""
+    v = as_u64(values)
+    rows = v.shape[0]
+    if not rows:
+        return Part(np.zeros((0, 1), np.uint8), 1)
+    w = np.searchsorted(_VARINT_LIMITS, v, side="right").astype(np.int64) + 1
+    lo, hi = int(w.min()), int(w.max())
+    if lo == hi:
+        return varint(v, hi)
+    out = np.empty((rows, hi), dtype=np.uint8)
+    for k in range(hi):
+        col = (v >> _U64(7 * k)) if k else v
+        out[:, k] = col.astype(np.uint8) & np.uint8(0x7F)
+        if k < hi - 1:
+            out[:, k] |= (w > k + 1).astype(np.uint8) << np.uint8(7)
+    return Part(out, w)
+
+
 def varint_scalar(v: int, width: int = None) -> bytes:
     """One varint as bytes (overlong to ``width`` if given)."""
     width = width or varint_width(v)
