@@ -40,7 +40,7 @@ def raw_packets(data: bytes):
 def packets(data: bytes):
     """Resolved packets (module doc), in file order."""
     defaults = {}                 # seq -> TracePacketDefaults
-    clocks = {}                   # (seq, clock id) -> [incremental, snap clock ts, builtin, builtin ts, last]
+    clocks = {}        # (seq, clock id) -> [incremental, its ts, builtin id, builtin ts, last]
     for p in raw_packets(data):
         s = p.trusted_packet_sequence_id
         if p.sequence_flags & TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:

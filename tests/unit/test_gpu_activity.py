@@ -10,6 +10,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 from . import gpu_runs as g
 from . import pftrace
 from clockalign.cli.main import cli
+from clockalign.export import export_run
 from clockalign.report import build_report
 from clockalign.store import cuda_api
 from clockalign.store.schema import GpuKind, Kind
@@ -310,3 +311,35 @@ def test_launches_seen_at_entry_only_are_joined_too(tmp_path):
     assert (r["launch_end_ns"] == entries + g.LAUNCH_NS - 1_000).all()   # CUPTI's end
     names = {acts.launch_function(x) for x in r}
     assert names == {"cuLaunchKernel", "cuMemsetD8Async"}
+
+
+def test_flows_start_on_launches_seen_at_entry_only(tmp_path):
+    """Launches recorded at their entry only (CUDA_ENTRY instants) start the flows to their
+    executions, in Perfetto and in Chrome JSON, as launches with a return do."""
+    truth = g.make_gpu_run(tmp_path / "entry.ca", entry_only=True)
+    ev = truth["events"]
+    entries = set(ev[ev["kind"] == Kind.CUDA_ENTRY]["ts"].astype(np.int64).tolist())
+    tl = Timeline.open(tmp_path / "entry.ca")
+    stats = export_run(tl, str(tmp_path / "e.pftrace"), "perfetto")
+    assert stats["gpu_activity"] == 210 and stats["gpu_flows"] == 200
+    t = pftrace.decode((tmp_path / "e.pftrace").read_bytes())
+    names = {}
+    starts, ends = {}, {}
+    for p in t.packet:
+        for n in p.interned_data.event_names:
+            names[(p.trusted_packet_sequence_id, n.iid)] = n.name
+        e = p.track_event
+        for f in e.flow_ids:
+            assert e.type == TrackEvent.TYPE_INSTANT
+            starts[f] = (p.timestamp, names[(p.trusted_packet_sequence_id, e.name_iid)])
+        for f in e.terminating_flow_ids:
+            ends[f] = p.timestamp
+    assert len(starts) == 200 and set(starts) == set(ends)
+    assert {ts for ts, _ in starts.values()} <= entries
+    assert {n for _, n in starts.values()} == {"cuLaunchKernel", "cuMemsetD8Async"}
+    assert all(ends[f] > ts for f, (ts, _) in starts.items())       # the GPU ran it after
+    export_run(tl, str(tmp_path / "e.json"), "chrome-json")
+    evs = json.loads((tmp_path / "e.json").read_text())["traceEvents"]
+    s = {e["id"] for e in evs if e.get("ph") == "s" and e.get("cat") == "gpu"}
+    f = {e["id"] for e in evs if e.get("ph") == "f" and e.get("cat") == "gpu"}
+    assert len(s) == 200 and s == f

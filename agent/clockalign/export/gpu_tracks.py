@@ -3,7 +3,8 @@
 One track per (GPU, process, CUDA stream), a child of the GPU's track, with each kernel,
 copy and memset as a slice on MONOTONIC (clockalign's mapping of the GPU's own clock; the
 uncertainty, and a CUDA graph's kernels "graph ID node ID", as annotations); a flow from
-the launching driver call's slice on its thread track to the execution.  The flows'
+the launching driver call's slice on its thread track to the execution (or from its
+instant, a call seen at its entry only: record --cuda-returns blocking).  The flows'
 starts are put on the launch slices while the bulk events stream (TraceModel.gpu_flows =
 LaunchFlows(acts)), their ends on the GPU slices here, after.
 
@@ -20,6 +21,9 @@ from ..timeline.gpu_activity import activity_names, row_keys
 from .rows import BATCH_ROWS, CAT, SLOTS, V_INT, V_STR, V_UINT, Batch, Slots
 
 FLOW_BASE = 0xCB00_0000_0000_0000
+# the BPF events a launch can be (timeline/gpu_activity.py joins both): a call with its
+# return, or one seen at its entry only (record --cuda-returns blocking), an instant
+_LAUNCH_KINDS = np.array([Kind.CUDA, Kind.CUDA_ENTRY], dtype=np.int64)
 
 
 def flow_ids(rows) -> list:
@@ -33,7 +37,8 @@ def flow_row(fid: int) -> int:
 
 
 class LaunchFlows:
-    """Flow ids for the launch calls (BPF CUDA events) that GPU activity rows name."""
+    """Flow ids for the launch calls (BPF CUDA and CUDA_ENTRY events) that GPU activity
+    rows name."""
 
     def __init__(self, acts):
         r = acts.rows
@@ -50,7 +55,7 @@ class LaunchFlows:
         over all of them (launches sorted by time, then tid)."""
         if not len(self.ts):
             return
-        cand = np.flatnonzero((kind == Kind.CUDA) & ~skip)
+        cand = np.flatnonzero(np.isin(kind, _LAUNCH_KINDS) & ~skip)
         s = start[cand]
         lo = np.searchsorted(self.ts, s, "left")
         n = np.searchsorted(self.ts, s, "right") - lo
