@@ -601,3 +601,24 @@ def test_export_modules_import_no_cycle():
             "assert 'clockalign.export.perfetto' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True,
                    env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def test_launch_flows_of_one_row_in_columns_or_table():
+    """A row that starts several GPU flows (a graph launch) gets each of them, whether
+    they fit the per-flow columns or spill into the per-row table."""
+    from types import SimpleNamespace
+    from clockalign.export.perfetto import _launch_flows
+    rows = np.array([0, 2, 2, 2, 2, 2, 2, 4], dtype=np.int64)
+    ids = np.arange(1, 9, dtype=np.uint64) << np.uint64(60) | np.uint64(5)
+    b = SimpleNamespace(launch=(rows, ids))
+    for levels in (1, 2, 4, 10):
+        parts = _launch_flows(b, 5, levels)
+        lens = np.broadcast_to(vb.total(parts, 5), (5,))
+        blob = vb.flatten(parts, 5)
+        at = np.r_[0, np.cumsum(lens)]
+        got = {}
+        for r in range(5):
+            e = TrackEvent()
+            e.ParseFromString(blob[at[r]:at[r + 1]])
+            got[r] = list(e.flow_ids)
+        assert got == {0: [ids[0]], 1: [], 2: ids[1:7].tolist(), 3: [], 4: [ids[7]]}, levels

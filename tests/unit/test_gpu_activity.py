@@ -265,10 +265,9 @@ def test_launch_flows_match_every_execution_of_a_launch_by_time_and_thread():
     tid = np.array([7, 7, 8, 7, 7, 7])
     kind = np.full(6, Kind.CUDA)
     skip = np.array([False] * 5 + [True])       # its stream-track copy gets no flow
-    flows = {}
-    lf.match(start, tid, kind, skip, flows)
-    got = {k: sorted(f - FLOW_BASE - 1 for f in v[0]) for k, v in flows.items()}
-    assert got == {1: [0], 2: [2], 3: [1, 3]}
+    rows, ids = lf.match(start, tid, kind, skip)
+    assert rows.tolist() == [1, 2, 3, 3]                  # sorted by row, then execution
+    assert (ids - np.uint64(FLOW_BASE + 1)).tolist() == [0, 2, 1, 3]
     assert lf.matched.tolist() == [True, True, True, True, False]
 
 

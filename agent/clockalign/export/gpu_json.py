@@ -20,7 +20,7 @@ from ..store.schema import GpuKind, unpack_dims
 from ..timeline.gpu_activity import KIND_NAMES, LAUNCH_BPF, LAUNCH_NONE, activity_names
 from . import jsontext as jt
 from .jsonrows import SEP, Row, Texts, gather, interleave, js
-from .gpu_tracks import flow_row, layout
+from .gpu_tracks import layout
 from .rows import BATCH_ROWS
 
 JSON_FLOW_BASE = 1 << 40
@@ -63,12 +63,10 @@ def _track_ts(row: Row, tr, ns, tracks):
 def flow_starts(b, tracks) -> bytes:
     """The "s" records of the GPU flows that start on batch ``b``'s rows (the launch calls;
     ``tracks``: JsonWriter's track texts snapshot)."""
-    pairs = [(r, flow_row(f)) for r, (ids, _) in sorted(b.flows.items()) for f in ids
-             if flow_row(f) >= 0]
-    if not pairs:
+    if b.launch is None or not len(b.launch[0]):
         return b""
-    at = np.array([p[0] for p in pairs], dtype=np.intp)
-    ids = np.array([p[1] for p in pairs], dtype=np.int64) + JSON_FLOW_BASE + 1
+    at = b.launch[0]
+    ids = (b.launch[1] & np.uint64(0xFFFF_FFFF_FFFF)).astype(np.int64) + JSON_FLOW_BASE
     row = Row(SEP + b'{"ph":"s",' + _FLOW)
     _num(row, ids)
     _track_ts(row, b.track[at], b.start[at], tracks)

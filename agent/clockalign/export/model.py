@@ -326,10 +326,9 @@ class TraceModel:
                 self._instants(k, rows, sub, name, cat, slots)
         cat[copy] = CAT["stream"]
         flows = self._match_chains(start, tid, track, kind, skip=copy)
-        if self.gpu_flows is not None:
-            self.gpu_flows.match(start, tid, kind, copy, flows)
+        launch = None if self.gpu_flows is None else self.gpu_flows.match(start, tid, kind, copy)
         return Batch(n=n, start=start, end=end, slice=is_slice, track=track, cat=cat,
-                     name=name, slots=slots, kind=kind, tid=tid, flows=flows)
+                     name=name, slots=slots, kind=kind, tid=tid, flows=flows, launch=launch)
 
     def _note_kernels(self, sub, fids):
         """Kernel names of the batch's successful lookups, before its launches are named."""

@@ -102,6 +102,32 @@ assert _flow_fields([1, 1 << 63], [2]) == TrackEvent(
     flow_ids=[1, 1 << 63], terminating_flow_ids=[2]).SerializeToString()
 
 
+def _launch_flows(b, n: int, levels: int = 4) -> list:
+    """The flow_ids fields of the GPU launch flows starting on batch b's rows: the j-th
+    flow of every row as one column (a row with more than ``levels``, a big graph
+    launch, gets the rest by a per-row table)."""
+    rows, ids = b.launch
+    rank = np.arange(len(rows)) - np.searchsorted(rows, rows, "left")
+    parts = []
+    for j in range(min(int(rank.max()) + 1, levels)):
+        m = rank == j
+        col = np.zeros(n, dtype=np.uint64)
+        col[rows[m]] = ids[m]
+        keep = np.zeros(n, dtype=bool)
+        keep[rows[m]] = True
+        parts += _keep([vb.const(E_FLOW), vb.fixed64(col)], keep)
+    rest = rank >= levels
+    if rest.any():
+        more = {}
+        for r, f in zip(rows[rest].tolist(), ids[rest].tolist()):
+            more.setdefault(r, []).append(f)
+        at = sorted(more)
+        idx = np.zeros(n, dtype=np.int64)
+        idx[at] = np.arange(1, len(at) + 1)
+        parts.append(vb.ByteTable([b""] + [_flow_fields(more[r], []) for r in at]).take(idx))
+    return parts
+
+
 def _msg(tag_bytes: bytes, parts: list, rows: int) -> list:
     """A length-delimited field whose body is ``parts``."""
     n = vb.total(parts, rows)
@@ -321,6 +347,8 @@ class PerfettoWriter:
             idx = np.zeros(n, dtype=np.int64)
             idx[rows] = np.arange(1, len(rows) + 1)
             te.append(vb.ByteTable(extra).take(idx))
+        if b.launch is not None and len(b.launch[0]):
+            te += _launch_flows(b, n)
         ends = getattr(b, "end_flows", None)       # gpu_tracks.GpuBatch
         if ends is not None and ends.any():
             te += _keep([vb.const(E_FLOW_END), vb.fixed64(ends)], ends != 0)

@@ -170,8 +170,71 @@ def total(parts, rows):
 
 
 def flatten(parts, rows: int) -> bytes:
-    """Concatenate the records (each = its parts in order) of all rows, in row order."""
+    """Concatenate the records (each = its parts in order) of all rows, in row order: in
+    one pass by native/flatten.c where it builds, else with numpy."""
     parts = [p for p in parts if p.width and not (p.fixed and p.keep is None and p.n == 0)]
+    if rows == 0 or not parts:
+        return b""
+    out = _flatten_native(parts, rows)
+    return out if out is not None else flatten_numpy(parts, rows)
+
+
+_NATIVE = []
+
+
+def _native():
+    """native/flatten.c's ca_flatten, typed, or None (no compiler: numpy instead)."""
+    if not _NATIVE:
+        import ctypes
+        from .. import native
+        lib = native.load("flatten")
+        fn = None
+        if lib is not None:
+            fn = lib.ca_flatten
+            fn.restype = ctypes.c_int64
+            fn.argtypes = [ctypes.c_int64, ctypes.c_int32] + [ctypes.c_void_p] * 6
+        _NATIVE.append(fn)
+    return _NATIVE[0]
+
+
+def _flatten_native(parts, rows: int):
+    fn = _native()
+    if fn is None:
+        return None
+    k = len(parts)
+    keepalive = []
+    ptrs = np.zeros((4, k), dtype=np.uint64)        # b, nlen, keep pointers; stride
+    nconst = np.zeros(k, dtype=np.int64)
+    stride = np.zeros(k, dtype=np.int64)
+    for j, p in enumerate(parts):
+        b = np.ascontiguousarray(p.b)
+        if b.shape[0] != 1 and b.shape[0] != rows:
+            raise ValueError("a part has neither one row nor one per record")
+        stride[j] = 0 if b.shape[0] == 1 else b.shape[1]
+        keepalive.append(b)
+        ptrs[0, j] = b.ctypes.data
+        if p.fixed:
+            nconst[j] = int(p.n)
+        else:
+            n = np.ascontiguousarray(np.broadcast_to(p.n, (rows,)), dtype=np.int64)
+            keepalive.append(n)
+            ptrs[1, j] = n.ctypes.data
+        if p.keep is not None:
+            kp = np.ascontiguousarray(p.keep, dtype=np.bool_).view(np.uint8)
+            keepalive.append(kp)
+            ptrs[2, j] = kp.ctypes.data
+    size = total(parts, rows)
+    size = int(size) * rows if isinstance(size, int) else int(size.sum())
+    out = np.empty(size, dtype=np.uint8)
+    got = fn(rows, k, ptrs[0].ctypes.data, stride.ctypes.data, nconst.ctypes.data,
+             ptrs[1].ctypes.data, ptrs[2].ctypes.data, out.ctypes.data)
+    if got != size:
+        raise AssertionError(f"flatten wrote {got} bytes, not {size}")
+    return out.tobytes()
+
+
+def flatten_numpy(parts, rows: int) -> bytes:
+    """flatten() with numpy only (parts already without empty ones)."""
     if rows == 0 or not parts:
         return b""
     width = sum(p.width for p in parts)
