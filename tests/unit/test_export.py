@@ -560,11 +560,16 @@ def test_bench_script_runs(tmp_path):
     assert p.returncode == 0, p.stderr
     doc = json.loads((tmp_path / "export-bench.json").read_text())
     assert set(doc["results"]) == {"perfetto", "chrome-json"}
-    assert [s["events"] > 0 for s in doc["sizes"]] == [True, True]
-    assert set(doc["rss_growth"]) == {"perfetto", "chrome-json"}
-    for r in doc["results"].values():
-        assert r["peak_rss_mb"] >= r["peak_anon_mb"] > 0
-    assert "events/s" in (tmp_path / "export-bench.md").read_text()
+    assert [(s["shape"], s["events"] > 0) for s in doc["sizes"]] == [
+        ("cuda", True), ("cuda", True), ("gpu", True), ("gpu", True)]
+    assert set(doc["rss_growth"]) == {f"{s} {f}" for s in ("cuda", "gpu")
+                                      for f in ("perfetto", "chrome-json")}
+    for s in doc["sizes"]:
+        for r in s["results"].values():
+            assert r["peak_rss_mb"] >= r["peak_anon_mb"] > 0 and r["bytes_per_event"] > 0
+    assert doc["sizes"][-1]["results"]["perfetto"]["gpu_activity"] > 0
+    text = (tmp_path / "export-bench.md").read_text()
+    assert "events/s" in text and "bytes/event" in text
 
 
 def test_two_exports_concatenate_without_id_collisions(tmp_path):
