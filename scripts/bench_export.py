@@ -197,6 +197,7 @@ def main():
     a = ap.parse_args()
 
     t0 = time.perf_counter()
+    load_before = os.getloadavg()
     workdir = a.workdir or tempfile.mkdtemp(prefix="ca-bench-")
     os.makedirs(workdir, exist_ok=True)
     try:
@@ -210,7 +211,9 @@ def main():
                "python": platform.python_version(),
                "numpy": __import__("numpy").__version__,
                "protobuf": __import__("google.protobuf").protobuf.__version__,
-               "perfetto": _version("perfetto"), "platform": platform.platform()}
+               "perfetto": _version("perfetto"), "platform": platform.platform(),
+               "loadavg_before": [round(x, 2) for x in load_before],
+               "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
     big = max(sizes, key=lambda s: s["events"])
     growth = {}
     for shape in a.shape:
@@ -269,7 +272,9 @@ def render_md(doc) -> str:
         "",
         f"Machine: {m['nproc']} CPUs ({m['cpu']}), {m.get('mem_gb')} GB RAM, Python "
         f"{m['python']}, numpy {m['numpy']}, protobuf {m['protobuf']}, perfetto "
-        f"{m['perfetto']}, {m['platform']}.",
+        f"{m['perfetto']}, {m['platform']}; load average (1, 5, 15 min) "
+        f"{m.get('loadavg_before')} before, {m.get('loadavg_after')} after (other work "
+        "that shared the CPUs).",
         "",
         "| shape | events | run file MB | format | events/s | wall s | output MB | bytes/event "
         "| MB/s | peak RSS MB | peak anonymous MB | peak file-backed MB |",
@@ -318,7 +323,10 @@ def render_md(doc) -> str:
               "(not yet tracked down).  The export's own memory "
               "is the anonymous RSS: a few batches in flight, the fault "
               "list (failing calls only; successful calls are streamed twice, not kept), "
-              "tracks and interned strings.  The exporter encodes on worker threads (numpy "
+              "tracks and interned strings.  A --gpu-activity run is the exception: its GPU "
+              "executions are loaded whole (Timeline.gpu_activity joins them to their launch "
+              "calls before the export lays them out), so the gpu shape's memory grows with "
+              "its executions, about 300 bytes each.  The exporter encodes on worker threads (numpy "
               "releases the GIL) while the main thread reads and builds the next batch, so "
               "both cores work.  Each trace is written to a new file (a file renamed over an "
               "existing one makes ext4 flush it, which is not the exporter's cost).", ""]
