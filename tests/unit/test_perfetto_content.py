@@ -73,3 +73,31 @@ if __name__ == "__main__":
         json.dump(doc, f, indent=1, sort_keys=True)
         f.write("\n")
     print(f"wrote {STORED}")
+
+
+def test_plain_and_bundled_give_the_same_content(tmp_path):
+    """compress=False writes the same packets, not deflated; every bundle of the deflated
+    trace is under trace_packet.proto's 512 KB and holds whole packets."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+    from clockalign.export.perfetto import PerfettoWriter
+    from clockalign.export.pipeline import export
+    from clockalign.timeline import Timeline
+    from tests.synthetic import make_run
+    run = str(tmp_path / "run.ca")
+    make_run(run, n_events=60_000, duration_s=4)
+    blobs = {}
+    for compress in (True, False):
+        path = tmp_path / f"{compress}.pftrace"
+        with open(path, "wb") as f:
+            export(Timeline.open(run), PerfettoWriter(f, compress=compress))
+        blobs[compress] = path.read_bytes()
+    assert len(blobs[True]) * 3 < len(blobs[False])
+    plain, packed = (pftrace.content(pftrace.decode(blobs[c])) for c in (False, True))
+    assert plain == packed
+    top = Trace()
+    top.ParseFromString(blobs[True])
+    bundles = [p for p in top.packet if p.HasField("compressed_packets")]
+    assert len(bundles) > 3
+    assert all(p.ByteSize() + 4 < 512 * 1024 for p in bundles)
+    top.ParseFromString(blobs[False])
+    assert not any(p.HasField("compressed_packets") for p in top.packet)
