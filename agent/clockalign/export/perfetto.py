@@ -254,17 +254,25 @@ class PerfettoWriter:
                 d.child_ordering = TrackDescriptor.EXPLICIT
             self.packet(TracePacket(trusted_packet_sequence_id=t.seq, track_descriptor=d))
 
-    def intern(self, seq: np.ndarray, names: np.ndarray, strs_seq: np.ndarray,
+    def intern(self, track: np.ndarray, names: np.ndarray, strs_track: np.ndarray,
                strs: np.ndarray):
-        """Interned-data packets for the (sequence, string) pairs not yet sent."""
+        """Interned-data packets for the (track's sequence, string) pairs not yet sent."""
         items = self.model.strings.items
+        seq_lut = self.model.tracks.seq_lut
+        span = len(items) + 1
         need = {}
-        for table, sq, ids, sent in ((0, seq, names, self._names), (1, strs_seq, strs, self._strs)):
+        for table, tk, ids, sent in ((0, track, names, self._names),
+                                     (1, strs_track, strs, self._strs)):
             if not len(ids):
                 continue
-            pairs = np.unique((sq.astype(np.int64) << 32) | ids.astype(np.int64))
+            key = tk.astype(np.int64) * span + ids.astype(np.int64)
+            if len(seq_lut) * span <= 1 << 22:       # a small range: count, do not sort
+                pairs = np.flatnonzero(np.bincount(key))
+            else:
+                pairs = np.unique(key)
             for p in pairs.tolist():
-                s, i = p >> 32, p & 0xFFFFFFFF
+                t, i = divmod(p, span)
+                s = int(seq_lut[t])
                 if i not in sent[s]:
                     sent[s].add(i)
                     need.setdefault(s, ([], []))[table].append(i)
@@ -286,7 +294,7 @@ class PerfettoWriter:
         seq = tr.seq_lut[b.track]
         sl = b.slots
         str_mask = sl.present & (sl.vtype == V_STR)
-        self.intern(seq, b.name, np.broadcast_to(seq, sl.present.shape)[str_mask],
+        self.intern(b.track, b.name, np.broadcast_to(b.track, sl.present.shape)[str_mask],
                     sl.value[str_mask])
         return seq, self._previous(b, seq)
 
