@@ -129,11 +129,13 @@ def _launch_flows(b, n: int, levels: int = 4) -> list:
 
 
 def _msg(tag_bytes: bytes, parts: list, rows: int) -> list:
-    """A length-delimited field whose body is ``parts``."""
+    """A length-delimited field whose body is ``parts`` (its length known: vb.grouped)."""
     n = vb.total(parts, rows)
     if isinstance(n, int):
-        return [vb.const(tag_bytes + vb.varint_scalar(n))] + parts
-    return [vb.const(tag_bytes), vb.varint_min(n)] + parts
+        head = [vb.const(tag_bytes + vb.varint_scalar(n))]
+    else:
+        head = [vb.const(tag_bytes), vb.varint_min(n)]
+    return vb.grouped(head + parts, vb.total(head, rows) + n)
 
 
 def bundles(blob: bytes, lengths, level: int = ZLIB_LEVEL, limit: int = BUNDLE) -> bytes:

@@ -26,15 +26,18 @@ _VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
 class Part:
     """Byte strings, one per row (b: (rows|1, w)), with length n (int: all rows; or array).
 
-    ``keep`` (bool per row) marks rows where the part is present at all.
+    ``keep`` (bool per row) marks rows where the part is present at all.  ``group``:
+    (parts, bytes per row) when this part starts a run of that many parts whose length is
+    known (a length-delimited field: grouped()), so total() need not add them up again.
     """
 
-    __slots__ = ("b", "n", "keep")
+    __slots__ = ("b", "n", "keep", "group")
 
-    def __init__(self, b, n, keep=None):
+    def __init__(self, b, n, keep=None, group=None):
         self.b = b
         self.n = n
         self.keep = keep
+        self.group = group
 
     @property
     def width(self) -> int:
@@ -153,18 +156,34 @@ def masked(part: Part, keep) -> Part:
     keep = np.asarray(keep, dtype=bool)
     if part.keep is not None:
         keep = keep & part.keep
-    return Part(part.b, part.n, keep)
+    group = part.group and (part.group[0], np.where(keep, part.group[1], 0))
+    return Part(part.b, part.n, keep, group)
+
+
+def grouped(parts: list, n) -> list:
+    """``parts`` marked as one run of known length ``n`` bytes per row (int or array)."""
+    if parts:
+        p = parts[0]
+        parts = [Part(p.b, p.n, p.keep, (len(parts), n))] + parts[1:]
+    return parts
 
 
 def total(parts, rows):
     """Per-row byte length of a record made of parts (an int when it is the same)."""
     fixed = 0
     var = None
-    for p in parts:
-        if p.fixed and p.keep is None:
-            fixed += int(p.n)
+    i = 0
+    while i < len(parts):
+        p = parts[i]
+        if p.group is not None:
+            ln = p.group[1]
+            i += p.group[0]
         else:
-            ln = p.lengths(rows)
+            ln = int(p.n) if p.fixed and p.keep is None else p.lengths(rows)
+            i += 1
+        if isinstance(ln, (int, np.integer)):
+            fixed += int(ln)
+        else:
             var = ln.astype(np.int64) if var is None else var + ln
     return fixed if var is None else var + fixed
 
@@ -172,10 +191,14 @@ def total(parts, rows):
 def flatten(parts, rows: int) -> bytes:
     """Concatenate the records (each = its parts in order) of all rows, in row order: in
     one pass by native/flatten.c where it builds, else with numpy."""
-    parts = [p for p in parts if p.width and not (p.fixed and p.keep is None and p.n == 0)]
-    if rows == 0 or not parts:
+    if rows == 0:
         return b""
-    out = _flatten_native(parts, rows)
+    size = total(parts, rows)
+    size = int(size) * rows if isinstance(size, int) else int(size.sum())
+    parts = [p for p in parts if p.width and not (p.fixed and p.keep is None and p.n == 0)]
+    if not parts:
+        return b""
+    out = _flatten_native(parts, rows, size)
     return out if out is not None else flatten_numpy(parts, rows)
 
 
@@ -197,7 +220,7 @@ def _native():
     return _NATIVE[0]
 
 
-def _flatten_native(parts, rows: int):
+def _flatten_native(parts, rows: int, size: int):
     fn = _native()
     if fn is None:
         return None
@@ -223,8 +246,6 @@ def _flatten_native(parts, rows: int):
             kp = np.ascontiguousarray(p.keep, dtype=np.bool_).view(np.uint8)
             keepalive.append(kp)
             ptrs[2, j] = kp.ctypes.data
-    size = total(parts, rows)
-    size = int(size) * rows if isinstance(size, int) else int(size.sum())
     out = np.empty(size, dtype=np.uint8)
     got = fn(rows, k, ptrs[0].ctypes.data, stride.ctypes.data, nconst.ctypes.data,
              ptrs[1].ctypes.data, ptrs[2].ctypes.data, out.ctypes.data)
