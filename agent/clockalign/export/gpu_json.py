@@ -8,7 +8,10 @@ timestamps, which carry no bound: "timestamps":"converted"), pid, device, gpu, s
 correlation, grid/block/shared_mem/graph (CUDA graph id and node id; 0: none) or bytes (value for memsets), and the launching call.
 A flow ("s" on the launch call's slice, "f" bound to the execution's enclosing slice,
 cat "gpu", name "launch") joins each execution to the BPF-probed call that launched it;
-ids are ``JSON_FLOW_BASE`` + row + 1 (below 2^53: JavaScript reads them exactly).
+ids are ``JSON_FLOW_BASE`` + row + 1 (below 2^53: JavaScript reads them exactly).  A call
+seen at its entry only (record --cuda-returns blocking) is an instant "i": its "s" is
+written too, but an "s" binds to an enclosing slice, so a viewer (Perfetto's JSON importer
+among them) may draw no flow from it; the Perfetto export puts the flow on the instant.
 
     flows = LaunchFlows(acts); model.gpu_flows = flows     # launch ends while streaming
     ... stream(model, writer) ...                          # JsonWriter.encode: the "s"
