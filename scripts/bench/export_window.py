@@ -97,16 +97,19 @@ def render_md(doc) -> str:
            "tests/synthetic.make_run: CUDA calls, off-CPU intervals, connect(), thread events, an "
            "Xid and an OOM chain, GPU counters) exported whole and as a window of "
            f"{doc['fraction']:.0%} of its span in its middle (`export --from T0ns --to T1ns`); "
-           "time is open + export end to end in one process, the fastest of the repeats.", "",
+           "time is open + export end to end in one process, the fastest of the repeats.  "
+           "Regenerate with the command above.", "",
            f"Machine: {m['nproc']} CPUs ({m['cpu']}), {m['mem_gb']} GB RAM, Python {m['python']}, "
            f"numpy {m['numpy']}, perfetto {m['perfetto']}, {m['platform']}.", "",
-           "| format | part | events | counters | faults | output MB | share of whole | wall s |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
+           "| format | part | events | counters | faults | output MB | bytes/event "
+           "| share of whole | wall s |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     whole = {r["format"]: r for r in doc["rows"] if r["part"] == "whole run"}
     for r in doc["rows"]:
         share = r["bytes"] / whole[r["format"]]["bytes"]
         out.append(f"| {r['format']} | {r['part']} | {r['events']:,} | {r['counters']:,} | "
-                   f"{r['faults']} | {r['bytes'] / 1e6:.2f} | {share:.1%} | {r['wall_s']:.2f} |")
+                   f"{r['faults']} | {r['bytes'] / 1e6:.2f} | {r['bytes'] / r['events']:.1f} | "
+                   f"{share:.1%} | {r['wall_s']:.2f} |")
     out += ["", "Notes: the window's trace holds the events overlapping it (slices kept whole), "
             "its counter samples and faults, the clock snapshot and the descriptors of the tracks "
             "it uses.  Every chunk of the run is still read and decoded (and the faults are found "

@@ -26,6 +26,7 @@ from clockalign.store.reader import RunReader
 from clockalign.store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, Chunk, Kind, unpack_dims
 from clockalign.store.writer import RunWriter
 from clockalign.timeline import Timeline
+from tests.unit import pftrace as pfdecode
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "synthetic-report", "run.ca")
 SLICE_KINDS = (Kind.CUDA, Kind.CUDA_UNFINISHED, Kind.CONNECT, Kind.SCHED)
@@ -51,10 +52,11 @@ def stream_work(run) -> int:
 
 
 def parse(path) -> Trace:
-    t = Trace()
+    """The trace's packets as a reader sees them: compressed bundles expanded, timestamps
+    absolute (MONOTONIC), each event's track filled in from its sequence's defaults
+    (tests/unit/pftrace.py)."""
     with open(path, "rb") as f:
-        t.ParseFromString(f.read())
-    return t
+        return pfdecode.decode(f.read())
 
 
 def check_trace(trace: Trace) -> dict:
@@ -72,12 +74,16 @@ def check_trace(trace: Trace) -> dict:
     open_begin = {}
     for i, p in enumerate(trace.packet):
         s = p.trusted_packet_sequence_id
-        if p.HasField("clock_snapshot"):
-            snapshot = {c.clock_id: c.timestamp for c in p.clock_snapshot.clocks}
+        if p.HasField("clock_snapshot") and all(c.clock_id < 64 for c in p.clock_snapshot.clocks):
+            snapshot = {c.clock_id: c.timestamp for c in p.clock_snapshot.clocks}  # the run's
         if p.sequence_flags & TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
             assert s not in seq_started, f"packet {i}: sequence {s} cleared twice"
             seq_started.add(s)
-            assert p.trace_packet_defaults.timestamp_clock_id == 3  # BUILTIN_CLOCK_MONOTONIC
+            # BUILTIN_CLOCK_MONOTONIC, or the sequence's own incremental clock (pftrace.py
+            # checks that a snapshot on the sequence pairs it with MONOTONIC before use)
+            assert p.trace_packet_defaults.timestamp_clock_id in (3, 64)
+        if p.HasField("timestamp"):
+            assert p.timestamp_clock_id == 3, f"packet {i}: not on MONOTONIC"
         if p.sequence_flags & TracePacket.SEQ_NEEDS_INCREMENTAL_STATE:
             assert s in seq_started, f"packet {i}: sequence {s} used before it was cleared"
         if p.HasField("interned_data"):
@@ -555,17 +561,21 @@ def test_bench_script_runs(tmp_path):
     assert p.returncode == 0, p.stderr
     doc = json.loads((tmp_path / "export-bench.json").read_text())
     assert set(doc["results"]) == {"perfetto", "chrome-json"}
-    assert [s["events"] > 0 for s in doc["sizes"]] == [True, True]
-    assert set(doc["rss_growth"]) == {"perfetto", "chrome-json"}
-    for r in doc["results"].values():
-        assert r["peak_rss_mb"] >= r["peak_anon_mb"] > 0
-    assert "events/s" in (tmp_path / "export-bench.md").read_text()
+    assert [(s["shape"], s["events"] > 0) for s in doc["sizes"]] == [
+        ("cuda", True), ("cuda", True), ("gpu", True), ("gpu", True)]
+    assert set(doc["rss_growth"]) == {f"{s} {f}" for s in ("cuda", "gpu")
+                                      for f in ("perfetto", "chrome-json")}
+    for s in doc["sizes"]:
+        for r in s["results"].values():
+            assert r["peak_rss_mb"] >= r["peak_anon_mb"] > 0 and r["bytes_per_event"] > 0
+    assert doc["sizes"][-1]["results"]["perfetto"]["gpu_activity"] > 0
+    text = (tmp_path / "export-bench.md").read_text()
+    assert "events/s" in text and "bytes/event" in text
 
 
 def test_two_exports_concatenate_without_id_collisions(tmp_path):
     """`cat a.pftrace b.pftrace` must not merge tracks or sequences of different runs, nor
     take the small sequence ids traced's own writers use."""
-    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
     from clockalign.export import export_run
     from clockalign.timeline import Timeline
     here = os.path.dirname(__file__)
@@ -578,16 +588,14 @@ def test_two_exports_concatenate_without_id_collisions(tmp_path):
         export_run(Timeline.open(run), str(out), "perfetto")
         data = out.read_bytes()
         blob += data
-        t = Trace()
-        t.ParseFromString(data)
+        t = pfdecode.decode(data)
         seqs = {p.trusted_packet_sequence_id for p in t.packet}
         uuids = {p.track_descriptor.uuid for p in t.packet if p.HasField("track_descriptor")}
-        assert min(seqs) >= 1 << 30 and uuids
+        assert min(seqs) >= 1 << 21 and max(seqs) < 1 << 28 and uuids
         ids.append((seqs, uuids))
         counts.append(len(t.packet))
     assert not ids[0][0] & ids[1][0] and not ids[0][1] & ids[1][1]
-    both = Trace()
-    both.ParseFromString(blob)                 # one valid trace: the packets of both
+    both = pfdecode.decode(blob)                # one valid trace: the packets of both
     assert len(both.packet) == sum(counts)
 
 
@@ -599,3 +607,24 @@ def test_export_modules_import_no_cycle():
             "assert 'clockalign.export.perfetto' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True,
                    env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def test_launch_flows_of_one_row_in_columns_or_table():
+    """A row that starts several GPU flows (a graph launch) gets each of them, whether
+    they fit the per-flow columns or spill into the per-row table."""
+    from types import SimpleNamespace
+    from clockalign.export.perfetto import _launch_flows
+    rows = np.array([0, 2, 2, 2, 2, 2, 2, 4], dtype=np.int64)
+    ids = np.arange(1, 9, dtype=np.uint64) << np.uint64(60) | np.uint64(5)
+    b = SimpleNamespace(launch=(rows, ids))
+    for levels in (1, 2, 4, 10):
+        parts = _launch_flows(b, 5, levels)
+        lens = np.broadcast_to(vb.total(parts, 5), (5,))
+        blob = vb.flatten(parts, 5)
+        at = np.r_[0, np.cumsum(lens)]
+        got = {}
+        for r in range(5):
+            e = TrackEvent()
+            e.ParseFromString(blob[at[r]:at[r + 1]])
+            got[r] = list(e.flow_ids)
+        assert got == {0: [ids[0]], 1: [], 2: ids[1:7].tolist(), 3: [], 4: [ids[7]]}, levels

@@ -5,10 +5,12 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
 from . import gpu_runs as g
+from . import pftrace
 from clockalign.cli.main import cli
+from clockalign.export import export_run
 from clockalign.report import build_report
 from clockalign.store import cuda_api
 from clockalign.store.schema import GpuKind, Kind
@@ -120,8 +122,7 @@ def test_perfetto_has_stream_tracks_and_flows_from_launches(run, tmp_path):
     res = CliRunner().invoke(cli, ["export", str(path), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "210 GPU executions (200 with a flow" in res.output
-    t = Trace()
-    t.ParseFromString(out.read_bytes())
+    t = pftrace.decode(out.read_bytes())
     tracks = {p.track_descriptor.uuid: p.track_descriptor for p in t.packet
               if p.HasField("track_descriptor")}
     gpu_tracks = {u for u, d in tracks.items() if d.name.startswith("GPU0 stream")}
@@ -264,10 +265,9 @@ def test_launch_flows_match_every_execution_of_a_launch_by_time_and_thread():
     tid = np.array([7, 7, 8, 7, 7, 7])
     kind = np.full(6, Kind.CUDA)
     skip = np.array([False] * 5 + [True])       # its stream-track copy gets no flow
-    flows = {}
-    lf.match(start, tid, kind, skip, flows)
-    got = {k: sorted(f - FLOW_BASE - 1 for f in v[0]) for k, v in flows.items()}
-    assert got == {1: [0], 2: [2], 3: [1, 3]}
+    rows, ids = lf.match(start, tid, kind, skip)
+    assert rows.tolist() == [1, 2, 3, 3]                  # sorted by row, then execution
+    assert (ids - np.uint64(FLOW_BASE + 1)).tolist() == [0, 2, 1, 3]
     assert lf.matched.tolist() == [True, True, True, True, False]
 
 
@@ -329,3 +329,35 @@ def test_sampled_windows_bound_idle_time_and_gaps():
     # gaps 200-300 and 1200-1500 stay; 400-1100 spans the time between the windows
     assert idle_gaps(rows, {}, windows=w)["idle_ns"] == 100 + 300
     assert idle_gaps(rows, {})["idle_ns"] == 100 + 700 + 300
+
+
+def test_flows_start_on_launches_seen_at_entry_only(tmp_path):
+    """Launches recorded at their entry only (CUDA_ENTRY instants) start the flows to their
+    executions, in Perfetto and in Chrome JSON, as launches with a return do."""
+    truth = g.make_gpu_run(tmp_path / "entry.ca", entry_only=True)
+    ev = truth["events"]
+    entries = set(ev[ev["kind"] == Kind.CUDA_ENTRY]["ts"].astype(np.int64).tolist())
+    tl = Timeline.open(tmp_path / "entry.ca")
+    stats = export_run(tl, str(tmp_path / "e.pftrace"), "perfetto")
+    assert stats["gpu_activity"] == 210 and stats["gpu_flows"] == 200
+    t = pftrace.decode((tmp_path / "e.pftrace").read_bytes())
+    names = {}
+    starts, ends = {}, {}
+    for p in t.packet:
+        for n in p.interned_data.event_names:
+            names[(p.trusted_packet_sequence_id, n.iid)] = n.name
+        e = p.track_event
+        for f in e.flow_ids:
+            assert e.type == TrackEvent.TYPE_INSTANT
+            starts[f] = (p.timestamp, names[(p.trusted_packet_sequence_id, e.name_iid)])
+        for f in e.terminating_flow_ids:
+            ends[f] = p.timestamp
+    assert len(starts) == 200 and set(starts) == set(ends)
+    assert {ts for ts, _ in starts.values()} <= entries
+    assert {n for _, n in starts.values()} == {"cuLaunchKernel", "cuMemsetD8Async"}
+    assert all(ends[f] > ts for f, (ts, _) in starts.items())       # the GPU ran it after
+    export_run(tl, str(tmp_path / "e.json"), "chrome-json")
+    evs = json.loads((tmp_path / "e.json").read_text())["traceEvents"]
+    s = {e["id"] for e in evs if e.get("ph") == "s" and e.get("cat") == "gpu"}
+    f = {e["id"] for e in evs if e.get("ph") == "f" and e.get("cat") == "gpu"}
+    assert len(s) == 200 and s == f

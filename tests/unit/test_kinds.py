@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -18,6 +18,7 @@ from clockalign.store.reader import RunReader
 from clockalign.store.schema import EVENT_DTYPE, Chunk, Kind
 from clockalign.store.writer import RunWriter
 from clockalign.timeline import Timeline
+from tests.unit import pftrace
 from clockalign.timeline.stamps import STAMP_UNC_NS, probe_type
 from clockalign.watch.aggregate import ENTRY_ONLY, Aggregator
 from clockalign.watch.metrics import build_registry
@@ -90,8 +91,7 @@ def test_export_draws_entries_as_instant_calls(run, tmp_path):
     assert any(e.get("name") == f"cuda_fn_{UNKNOWN_FN}" and e["ph"] == "X" for e in evs)
     pb = tmp_path / "t.pftrace"
     export_run(Timeline.open(run), str(pb), "perfetto")
-    trace = Trace()
-    trace.ParseFromString(pb.read_bytes())
+    trace = pftrace.decode(pb.read_bytes())
     names = {}
     for p in trace.packet:
         for n in p.interned_data.event_names:

@@ -219,7 +219,7 @@ class JsonWriter:
         texts, tracks = ctx
         blob = interleave(b.n, [(rows, _shape_text(b, rows, texts, tracks))
                                  for rows in _shapes(b)])
-        if b.flows:
+        if b.launch is not None:
             starts = flow_starts(b, tracks)
             if starts:
                 return b"".join((blob, starts))

@@ -8,7 +8,10 @@ timestamps, which carry no bound: "timestamps":"converted"), pid, device, gpu, s
 correlation, grid/block/shared_mem/graph (CUDA graph id and node id; 0: none) or bytes (value for memsets), and the launching call.
 A flow ("s" on the launch call's slice, "f" bound to the execution's enclosing slice,
 cat "gpu", name "launch") joins each execution to the BPF-probed call that launched it;
-ids are ``JSON_FLOW_BASE`` + row + 1 (below 2^53: JavaScript reads them exactly).
+ids are ``JSON_FLOW_BASE`` + row + 1 (below 2^53: JavaScript reads them exactly).  A call
+seen at its entry only (record --cuda-returns blocking) is an instant "i": its "s" is
+written too, but an "s" binds to an enclosing slice, so a viewer (Perfetto's JSON importer
+among them) may draw no flow from it; the Perfetto export puts the flow on the instant.
 
     flows = LaunchFlows(acts); model.gpu_flows = flows     # launch ends while streaming
     ... stream(model, writer) ...                          # JsonWriter.encode: the "s"
@@ -20,7 +23,7 @@ from ..store.schema import GpuKind, unpack_dims
 from ..timeline.gpu_activity import KIND_NAMES, LAUNCH_BPF, LAUNCH_NONE, activity_names
 from . import jsontext as jt
 from .jsonrows import SEP, Row, Texts, gather, interleave, js
-from .gpu_tracks import flow_row, layout
+from .gpu_tracks import layout
 from .rows import BATCH_ROWS
 
 JSON_FLOW_BASE = 1 << 40
@@ -63,12 +66,10 @@ def _track_ts(row: Row, tr, ns, tracks):
 def flow_starts(b, tracks) -> bytes:
     """The "s" records of the GPU flows that start on batch ``b``'s rows (the launch calls;
     ``tracks``: JsonWriter's track texts snapshot)."""
-    pairs = [(r, flow_row(f)) for r, (ids, _) in sorted(b.flows.items()) for f in ids
-             if flow_row(f) >= 0]
-    if not pairs:
+    if b.launch is None or not len(b.launch[0]):
         return b""
-    at = np.array([p[0] for p in pairs], dtype=np.intp)
-    ids = np.array([p[1] for p in pairs], dtype=np.int64) + JSON_FLOW_BASE + 1
+    at = b.launch[0]
+    ids = (b.launch[1] & np.uint64(0xFFFF_FFFF_FFFF)).astype(np.int64) + JSON_FLOW_BASE
     row = Row(SEP + b'{"ph":"s",' + _FLOW)
     _num(row, ids)
     _track_ts(row, b.track[at], b.start[at], tracks)

@@ -3,7 +3,8 @@
 One track per (GPU, process, CUDA stream), a child of the GPU's track, with each kernel,
 copy and memset as a slice on MONOTONIC (clockalign's mapping of the GPU's own clock; the
 uncertainty, and a CUDA graph's kernels "graph ID node ID", as annotations); a flow from
-the launching driver call's slice on its thread track to the execution.  The flows'
+the launching driver call's slice on its thread track to the execution (or from its
+instant, a call seen at its entry only: record --cuda-returns blocking).  The flows'
 starts are put on the launch slices while the bulk events stream (TraceModel.gpu_flows =
 LaunchFlows(acts)), their ends on the GPU slices here, after.
 
@@ -20,20 +21,20 @@ from ..timeline.gpu_activity import activity_names, row_keys
 from .rows import BATCH_ROWS, CAT, SLOTS, V_INT, V_STR, V_UINT, Batch, Slots
 
 FLOW_BASE = 0xCB00_0000_0000_0000
+# the BPF events a launch can be (timeline/gpu_activity.py joins both): a call with its
+# return, or one seen at its entry only (record --cuda-returns blocking), an instant
+_LAUNCH_KINDS = np.array([Kind.CUDA, Kind.CUDA_ENTRY], dtype=np.int64)
 
 
-def flow_ids(rows) -> list:
-    """The flow id of each GPU activity row index of ``rows`` (Python ints)."""
-    return (np.uint64(FLOW_BASE) | (np.asarray(rows, dtype=np.uint64) + np.uint64(1))).tolist()
-
-
-def flow_row(fid: int) -> int:
-    """The GPU activity row of a flow id of flow_ids(), or -1 for any other flow id."""
-    return (fid & 0xFFFF_FFFF_FFFF) - 1 if fid >> 48 == FLOW_BASE >> 48 else -1
+def flow_ids(rows) -> np.ndarray:
+    """The flow id (uint64) of each GPU activity row index of ``rows``; its low 48 bits
+    are the row + 1."""
+    return np.uint64(FLOW_BASE) | (np.asarray(rows).astype(np.uint64) + np.uint64(1))
 
 
 class LaunchFlows:
-    """Flow ids for the launch calls (BPF CUDA events) that GPU activity rows name."""
+    """Flow ids for the launch calls (BPF CUDA and CUDA_ENTRY events) that GPU activity
+    rows name."""
 
     def __init__(self, acts):
         r = acts.rows
@@ -44,13 +45,15 @@ class LaunchFlows:
         self.row = order
         self.matched = np.zeros(len(r), dtype=bool)
 
-    def match(self, start, tid, kind, skip, flows: dict) -> None:
-        """Add each matching launch row's flow ids to ``flows`` (row -> (ids, terminating)):
-        the rows of a batch whose (start, tid) a launch names, found by one searchsorted
-        over all of them (launches sorted by time, then tid)."""
+    def match(self, start, tid, kind, skip) -> tuple:
+        """(rows, flow ids) of the flows that start on a batch's rows, sorted by row: the
+        rows whose (start, tid) a launch names, found by one searchsorted over all of them
+        (launches sorted by time, then tid); a row launching several executions (a graph)
+        has several."""
+        none = (np.zeros(0, np.int64), np.zeros(0, np.uint64))
         if not len(self.ts):
-            return
-        cand = np.flatnonzero((kind == Kind.CUDA) & ~skip)
+            return none
+        cand = np.flatnonzero(np.isin(kind, _LAUNCH_KINDS) & ~skip)
         s = start[cand]
         lo = np.searchsorted(self.ts, s, "left")
         n = np.searchsorted(self.ts, s, "right") - lo
@@ -61,8 +64,8 @@ class LaunchFlows:
         ok = self.tid[k] == tid[cand[which]]
         rows, i = cand[which[ok]], self.row[k[ok]]
         self.matched[i] = True
-        for r, f in zip(rows.tolist(), flow_ids(i)):
-            flows.setdefault(r, ([], []))[0].append(f)
+        o = np.lexsort((i, rows))
+        return rows[o].astype(np.int64), flow_ids(i[o])
 
 
 @dataclasses.dataclass
@@ -107,7 +110,8 @@ def _graph_strings(model, r, kernel):
 
 def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BATCH_ROWS) -> int:
     """The GPU slices of ``acts`` on their stream tracks, through the writer's bulk path
-    (PerfettoWriter.prepare/encode, as the BPF events); returns how many were written."""
+    (PerfettoWriter.write_batch: prepare and encode, as the BPF events); returns how many
+    were written."""
     r = acts.rows
     if not len(r):
         return 0
@@ -144,14 +148,10 @@ def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BAT
         ends = np.zeros(n, dtype=np.uint64)
         if flows is not None:
             m = flows.matched[rows]
-            ends[m] = np.uint64(FLOW_BASE) | (rows[m].astype(np.uint64) + np.uint64(1))
+            ends[m] = flow_ids(rows[m])
         b = GpuBatch(n=n, start=start[rows], end=end[rows], slice=np.ones(n, dtype=bool),
                      track=track[rows], cat=np.full(n, CAT["gpu"], dtype=np.int64),
                      name=sid[rows], slots=sl, kind=r["kind"][rows].astype(np.int64),
                      tid=r["launch_tid"][rows], flows={}, end_flows=ends)
-        ctx = w.prepare(b)
-        blob = w.encode(b, ctx)
-        w.f.write(blob)
-        w.bytes += len(blob)
-        w.count(b)
+        w.write_batch(b)
     return len(r)

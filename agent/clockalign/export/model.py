@@ -16,6 +16,7 @@ from ..store import cuda_api
 from ..store.kinds import CALL_KINDS, KINDS, SPAN_KINDS
 from ..store.meta import target_label
 from ..store.schema import CUDA_FUNCTIONS, Kind, task_state_name
+from ..timeline.gpu_activity import row_keys
 from . import labels
 from .lanes import Lanes
 from .rows import (BATCH_ROWS, CAT, V_BOOL, V_INT, V_PTR, V_STR, V_UINT, Batch, Columns, Slots,
@@ -190,11 +191,10 @@ class TraceModel:
         legacy = ~pt & ((h == 0) | (h == cuda_api.STREAM_LEGACY))
         cls = np.where(pt, STREAM_PER_THREAD, np.where(legacy, STREAM_LEGACY, STREAM_HANDLE))
         value = np.where(pt, ev["tid"].astype(np.uint64), np.where(legacy, np.uint64(0), h))
-        keys = np.stack([ev["pid"].astype(np.uint64), cls.astype(np.uint64), value], axis=1)
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-        lut = np.array([self.tracks.stream(int(p), int(c), int(v)).idx
-                        for p, c, v in uniq.tolist()], dtype=np.int64)
-        return lut[inv.reshape(-1)]
+        uniq, inv = row_keys(ev["pid"], cls, value.view(np.int64))
+        lut = np.array([self.tracks.stream(p, c, v & 0xFFFF_FFFF_FFFF_FFFF).idx
+                        for p, c, v in uniq], dtype=np.int64)
+        return lut[inv]
 
     def _fn_name_ids(self, fids, suffix=""):
         uniq, inv = factorize(fids)
@@ -326,10 +326,9 @@ class TraceModel:
                 self._instants(k, rows, sub, name, cat, slots)
         cat[copy] = CAT["stream"]
         flows = self._match_chains(start, tid, track, kind, skip=copy)
-        if self.gpu_flows is not None:
-            self.gpu_flows.match(start, tid, kind, copy, flows)
+        launch = None if self.gpu_flows is None else self.gpu_flows.match(start, tid, kind, copy)
         return Batch(n=n, start=start, end=end, slice=is_slice, track=track, cat=cat,
-                     name=name, slots=slots, kind=kind, tid=tid, flows=flows)
+                     name=name, slots=slots, kind=kind, tid=tid, flows=flows, launch=launch)
 
     def _note_kernels(self, sub, fids):
         """Kernel names of the batch's successful lookups, before its launches are named."""

@@ -3,12 +3,25 @@
 The file is a ``Trace``: a run of ``packet`` fields (tag 0x0a, varint length, one
 serialized ``TracePacket``), written one after another, never held as one message.
 
-Sequences: sequence 1 carries the ClockSnapshot.  Every track is its own writer (its own
-trusted_packet_sequence_id, lanes.py says why): its first packet clears incremental state,
-sets ``TracePacketDefaults.timestamp_clock_id = BUILTIN_CLOCK_MONOTONIC`` and interns the
-annotation names and categories; then its TrackDescriptor; then its events, each flagged
-SEQ_NEEDS_INCREMENTAL_STATE, in non-decreasing time.  Event names and string values are
-interned per sequence the first time a sequence needs them.
+Sequences: the first one carries the run's ClockSnapshot.  Every track is its own writer
+(its own trusted_packet_sequence_id, lanes.py says why): its first packet clears incremental
+state, sets the TracePacketDefaults and interns the annotation names and categories; then
+its TrackDescriptor; then its events, each flagged SEQ_NEEDS_INCREMENTAL_STATE, in
+non-decreasing time.  Event names and string values are interned per sequence the first
+time a sequence needs them.
+
+Small packets (issue 26).  An event track's defaults name its track
+(``TrackEventDefaults.track_uuid``: its events carry none) and a sequence-scoped clock,
+``SEQ_CLOCK`` (64), declared incremental by a ClockSnapshot on the sequence just before its
+first event (paired with MONOTONIC at that event's time, so the first delta is 0): every
+event's timestamp is then its distance in ns from the previous timestamped packet of the
+sequence (clock_snapshot.proto, ``is_incremental``), written in its fewest varint bytes.
+Tracks without events of their own (a GPU's group track with its counters, the clock
+bands, the fault lists) keep absolute MONOTONIC timestamps.  Sequence ids are below 2^28
+(4-byte varints, tracks.py).  The bulk events' packets are then deflated in bundles of at
+most ``BUNDLE`` bytes, each one ``TracePacket.compressed_packets`` (at most 512 KB, as
+trace_packet.proto asks; trace processor inflates them as it reads, as it does for traced's
+own compressed traces); ``compress=False`` leaves them plain.
 
 Timestamps are MONOTONIC, converted by clockalign (trace processor does not interpolate
 between clock snapshots); the ClockSnapshot (BOOTTIME, MONOTONIC, REALTIME, from the run's
@@ -20,11 +33,14 @@ serialized by the Perfetto classes; everything else is built with the classes di
     with open("run.pftrace", "wb") as f:
         stats = write_perfetto(tl, f)           # pipeline.export(tl, PerfettoWriter(f))
 """
+import zlib
+
 import numpy as np
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
     BuiltinClock, ClockSnapshot, CounterDescriptor, DebugAnnotation, DebugAnnotationName,
     EventCategory, EventName, InternedData, InternedString, ProcessDescriptor,
-    ThreadDescriptor, Trace, TracePacket, TracePacketDefaults, TrackDescriptor, TrackEvent)
+    ThreadDescriptor, Trace, TracePacket, TracePacketDefaults, TrackDescriptor, TrackEvent,
+    TrackEventDefaults)
 
 from ..store.counter_fields import FIELDS
 from . import varbytes as vb
@@ -34,6 +50,11 @@ from .pipeline import export
 from .rows import ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR, V_UINT
 
 MONOTONIC = BuiltinClock.BUILTIN_CLOCK_MONOTONIC
+SEQ_CLOCK = 64                 # first sequence-scoped clock id (clock_snapshot.proto)
+BUNDLE = 256 * 1024            # plain bytes deflated into one compressed_packets
+ZLIB_LEVEL = 1
+# tracks that carry events (model.py, gpu_tracks.py): an incremental clock, a default track
+EVENT_TRACKS = {"process", "thread", "offcpu", "lane", "xid", "stream", "gpu_stream"}
 CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 NEEDS = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 
@@ -48,6 +69,7 @@ P_TS = tag(TracePacket, "timestamp")
 P_TE = tag(TracePacket, "track_event")
 P_TAIL_SEQ = tag(TracePacket, "trusted_packet_sequence_id")
 P_FLAGS_NEEDS = TracePacket(sequence_flags=NEEDS).SerializeToString()
+P_BUNDLE = tag(TracePacket, "compressed_packets")
 E_UUID = tag(TrackEvent, "track_uuid")
 E_NAME = tag(TrackEvent, "name_iid")
 E_CAT = tag(TrackEvent, "category_iids")
@@ -58,11 +80,9 @@ TYPE_E = TrackEvent(type=TrackEvent.TYPE_SLICE_END).SerializeToString()
 TYPE_I = TrackEvent(type=TrackEvent.TYPE_INSTANT).SerializeToString()
 TYPE_C = TrackEvent(type=TrackEvent.TYPE_COUNTER).SerializeToString()
 A_NAME = tag(DebugAnnotation, "name_iid")
-# value keys padded to one width (overlong varint keys) so every annotation has one layout
 _VALUE_FIELDS = {V_UINT: "uint_value", V_INT: "int_value", V_PTR: "pointer_value",
                  V_STR: "string_value_iid", V_BOOL: "bool_value"}
-_VW = max(len(tag(DebugAnnotation, f)) for f in _VALUE_FIELDS.values())
-A_VALUE = {k: tag(DebugAnnotation, f, _VW) for k, f in _VALUE_FIELDS.items()}
+A_VALUE = {k: tag(DebugAnnotation, f) for k, f in _VALUE_FIELDS.items()}
 _VTAGS = vb.ByteTable([A_VALUE.get(i, A_VALUE[V_UINT]) for i in range(max(A_VALUE) + 1)])
 _TYPES = vb.ByteTable([TYPE_B, TYPE_I])
 
@@ -82,12 +102,60 @@ assert _flow_fields([1, 1 << 63], [2]) == TrackEvent(
     flow_ids=[1, 1 << 63], terminating_flow_ids=[2]).SerializeToString()
 
 
+def _launch_flows(b, n: int, levels: int = 4) -> list:
+    """The flow_ids fields of the GPU launch flows starting on batch b's rows: the j-th
+    flow of every row as one column (a row with more than ``levels``, a big graph
+    launch, gets the rest by a per-row table)."""
+    rows, ids = b.launch
+    rank = np.arange(len(rows)) - np.searchsorted(rows, rows, "left")
+    parts = []
+    for j in range(min(int(rank.max()) + 1, levels)):
+        m = rank == j
+        col = np.zeros(n, dtype=np.uint64)
+        col[rows[m]] = ids[m]
+        keep = np.zeros(n, dtype=bool)
+        keep[rows[m]] = True
+        parts += _keep([vb.const(E_FLOW), vb.fixed64(col)], keep)
+    rest = rank >= levels
+    if rest.any():
+        more = {}
+        for r, f in zip(rows[rest].tolist(), ids[rest].tolist()):
+            more.setdefault(r, []).append(f)
+        at = sorted(more)
+        idx = np.zeros(n, dtype=np.int64)
+        idx[at] = np.arange(1, len(at) + 1)
+        parts.append(vb.ByteTable([b""] + [_flow_fields(more[r], []) for r in at]).take(idx))
+    return parts
+
+
 def _msg(tag_bytes: bytes, parts: list, rows: int) -> list:
-    """A length-delimited field whose body is ``parts``."""
+    """A length-delimited field whose body is ``parts`` (its length known: vb.grouped)."""
     n = vb.total(parts, rows)
     if isinstance(n, int):
-        return [vb.const(tag_bytes + vb.varint_scalar(n))] + parts
-    return [vb.const(tag_bytes), vb.varint(n)] + parts
+        head = [vb.const(tag_bytes + vb.varint_scalar(n))]
+    else:
+        head = [vb.const(tag_bytes), vb.varint_min(n)]
+    return vb.grouped(head + parts, vb.total(head, rows) + n)
+
+
+def bundles(blob: bytes, lengths, level: int = ZLIB_LEVEL, limit: int = BUNDLE) -> bytes:
+    """Packets (``blob``: whole packets of ``lengths`` bytes each, in order) deflated in
+    bundles of at most ``limit`` plain bytes (one packet longer than that is a bundle of
+    its own), each a TracePacket with compressed_packets, as traced writes them."""
+    if not len(blob):
+        return b""
+    ends = np.cumsum(lengths)
+    cuts = np.unique(ends[np.maximum(np.searchsorted(
+        ends, np.arange(limit, int(ends[-1]), limit), side="right") - 1, 0)])
+    out = []
+    mv = memoryview(blob)
+    a = 0
+    for b in cuts.tolist() + ([int(ends[-1])] if not len(cuts) or cuts[-1] != ends[-1] else []):
+        z = zlib.compress(mv[a:b], level)
+        body = P_BUNDLE + vb.varint_scalar(len(z))
+        out += [T_PACKET, vb.varint_scalar(len(body) + len(z)), body, z]
+        a = b
+    return b"".join(out)
 
 
 def _keep(parts: list, keep) -> list:
@@ -100,13 +168,18 @@ class PerfettoWriter:
 
     CLOCK_BANDS = True            # each GPU clock's band as a counter track
 
-    def __init__(self, f):
+    def __init__(self, f, compress: bool = True):
         self.f = f
         self.model = None
         self.bytes = 0
         self.packets = 0
+        self.compress = compress
         self._names = {}          # seq -> set of interned event-name string ids
         self._strs = {}           # seq -> set of interned string-value ids
+        # per track idx: the last time written on its sequence's incremental clock
+        # (-1: clock not declared yet); only event tracks (EVENT_TRACKS) have one
+        self._last = np.zeros(0, dtype=np.int64)
+        self._event_track = np.zeros(0, dtype=bool)
 
     def begin(self, model: TraceModel, tl, snap):
         """The ClockSnapshot, on its own sequence."""
@@ -138,22 +211,38 @@ class PerfettoWriter:
         self.raw(T_PACKET + vb.varint_scalar(len(body)) + body, 1)
 
     # --- sequences, tracks, interning
-    def start_sequence(self, seq: int):
+    def start_sequence(self, seq: int, events_of=None):
+        """The sequence's first packet; ``events_of``: the track whose events it carries
+        (its default track, on the incremental clock), or None (absolute MONOTONIC)."""
         interned = InternedData(
             event_categories=[EventCategory(iid=i + 1, name=c) for i, c in enumerate(CATEGORIES)],
             debug_annotation_names=[DebugAnnotationName(iid=i + 1, name=a)
                                     for i, a in enumerate(ANN_NAMES)])
+        defaults = TracePacketDefaults(timestamp_clock_id=MONOTONIC)
+        if events_of is not None:
+            defaults = TracePacketDefaults(
+                timestamp_clock_id=SEQ_CLOCK,
+                track_event_defaults=TrackEventDefaults(track_uuid=events_of.uuid))
         self.packet(TracePacket(
             trusted_packet_sequence_id=seq, sequence_flags=CLEARED,
-            first_packet_on_sequence=True,
-            trace_packet_defaults=TracePacketDefaults(timestamp_clock_id=MONOTONIC),
+            first_packet_on_sequence=True, trace_packet_defaults=defaults,
             interned_data=interned))
         self._names[seq] = set()
         self._strs[seq] = set()
 
+    def _grow(self):
+        n = len(self.model.tracks.all)
+        if len(self._last) < n:
+            add = n - len(self._last) + 64
+            self._last = np.concatenate([self._last, np.full(add, -1, np.int64)])
+            self._event_track = np.concatenate([self._event_track, np.zeros(add, bool)])
+
     def declare(self, tracks):
+        self._grow()
         for t in tracks:
-            self.start_sequence(t.seq)
+            events = t.kind in EVENT_TRACKS
+            self._event_track[t.idx] = events
+            self.start_sequence(t.seq, t if events else None)
             d = TrackDescriptor(uuid=t.uuid, name=t.name)
             if t.parent is not None:
                 d.parent_uuid = t.parent.uuid
@@ -167,17 +256,25 @@ class PerfettoWriter:
                 d.child_ordering = TrackDescriptor.EXPLICIT
             self.packet(TracePacket(trusted_packet_sequence_id=t.seq, track_descriptor=d))
 
-    def intern(self, seq: np.ndarray, names: np.ndarray, strs_seq: np.ndarray,
+    def intern(self, track: np.ndarray, names: np.ndarray, strs_track: np.ndarray,
                strs: np.ndarray):
-        """Interned-data packets for the (sequence, string) pairs not yet sent."""
+        """Interned-data packets for the (track's sequence, string) pairs not yet sent."""
         items = self.model.strings.items
+        seq_lut = self.model.tracks.seq_lut
+        span = len(items) + 1
         need = {}
-        for table, sq, ids, sent in ((0, seq, names, self._names), (1, strs_seq, strs, self._strs)):
+        for table, tk, ids, sent in ((0, track, names, self._names),
+                                     (1, strs_track, strs, self._strs)):
             if not len(ids):
                 continue
-            pairs = np.unique((sq.astype(np.int64) << 32) | ids.astype(np.int64))
+            key = tk.astype(np.int64) * span + ids.astype(np.int64)
+            if len(seq_lut) * span <= 1 << 22:       # a small range: count, do not sort
+                pairs = np.flatnonzero(np.bincount(key))
+            else:
+                pairs = np.unique(key)
             for p in pairs.tolist():
-                s, i = p >> 32, p & 0xFFFFFFFF
+                t, i = divmod(p, span)
+                s = int(seq_lut[t])
                 if i not in sent[s]:
                     sent[s].add(i)
                     need.setdefault(s, ([], []))[table].append(i)
@@ -191,26 +288,60 @@ class PerfettoWriter:
 
     # --- bulk events
     def prepare(self, b):
-        """Main-thread part of a batch: declare new tracks, intern new strings."""
+        """Main-thread part of a batch: declare new tracks, intern new strings, declare
+        the incremental clock of sequences whose first event this is, and find each row's
+        previous time on its sequence."""
         tr = self.model.tracks
         self.declare(tr.take_new())
         seq = tr.seq_lut[b.track]
         sl = b.slots
         str_mask = sl.present & (sl.vtype == V_STR)
-        self.intern(seq, b.name, np.broadcast_to(seq, sl.present.shape)[str_mask],
+        self.intern(b.track, b.name, np.broadcast_to(b.track, sl.present.shape)[str_mask],
                     sl.value[str_mask])
-        return tr.uuid_lut, tr.seq_lut
+        return seq, self._previous(b, seq)
 
-    @staticmethod
-    def encode(b, ctx) -> bytes:
+    def _previous(self, b, seq) -> np.ndarray:
+        """Per row, the time of the packet before its BEGIN on its sequence (rows of a
+        track are in time order and do not overlap, lanes.py): the previous row's end,
+        or what earlier batches left; a sequence's first event gets its clock here."""
+        if not len(b.track):
+            return np.zeros(0, np.int64)
+        o = np.argsort(b.track, kind="stable")
+        t = b.track[o]
+        first = np.r_[True, t[1:] != t[:-1]]
+        last = np.r_[first[1:], True]
+        if not self._event_track[t[first]].all():
+            raise AssertionError("events on a track that has no incremental clock")
+        start, end = b.start[o], b.end[o]
+        prev = np.empty(len(t), dtype=np.int64)
+        prev[1:] = end[:-1]
+        fresh = np.flatnonzero(first)[self._last[t[first]] < 0]
+        for i in fresh.tolist():
+            self._clock(int(seq[o[i]]), int(start[i]))
+            self._last[t[i]] = start[i]
+        prev[first] = self._last[t[first]]
+        if (start < prev).any():
+            raise AssertionError("a track's events go back in time")
+        self._last[t[last]] = end[last]
+        out = np.empty_like(prev)
+        out[o] = prev
+        return out
+
+    def _clock(self, seq: int, t0: int):
+        """The sequence's incremental clock, at MONOTONIC t0."""
+        self.packet(TracePacket(
+            trusted_packet_sequence_id=seq, sequence_flags=NEEDS,
+            clock_snapshot=ClockSnapshot(clocks=[
+                ClockSnapshot.Clock(clock_id=MONOTONIC, timestamp=t0),
+                ClockSnapshot.Clock(clock_id=SEQ_CLOCK, timestamp=t0, is_incremental=True)])))
+
+    def encode(self, b, ctx) -> bytes:
         """The batch's packets (thread-safe: reads only ``b`` and ``ctx``)."""
-        uuid_lut, seq_lut = ctx
+        seq, prev = ctx
         n = b.n
-        uuid = uuid_lut[b.track]
-        seq = seq_lut[b.track]
         sl = b.slots
-        te = [_TYPES.take(~b.slice), vb.const(E_NAME), vb.varint(b.name + 1),
-              vb.const(E_UUID), vb.varint(uuid), vb.const(E_CAT), vb.varint(b.cat + 1)]
+        te = [_TYPES.take(~b.slice), vb.const(E_NAME), vb.varint_min(b.name + 1),
+              vb.const(E_CAT), vb.varint(b.cat + 1)]
         for k in range(sl.present.shape[0]):
             present = sl.present[k]
             if not present.any():
@@ -218,7 +349,7 @@ class PerfettoWriter:
             vals = sl.value[k].copy()
             vals[sl.vtype[k] == V_STR] += np.uint64(1)
             inner = [vb.const(A_NAME), vb.varint(sl.name[k] + 1), _VTAGS.take(sl.vtype[k]),
-                     vb.varint(vals)]
+                     vb.varint_min(vals)]
             te += _keep(_msg(E_ANN, inner, n), present)
         if b.flows:
             rows = sorted(b.flows)
@@ -226,16 +357,29 @@ class PerfettoWriter:
             idx = np.zeros(n, dtype=np.int64)
             idx[rows] = np.arange(1, len(rows) + 1)
             te.append(vb.ByteTable(extra).take(idx))
+        if b.launch is not None and len(b.launch[0]):
+            te += _launch_flows(b, n)
         ends = getattr(b, "end_flows", None)       # gpu_tracks.GpuBatch
         if ends is not None and ends.any():
             te += _keep([vb.const(E_FLOW_END), vb.fixed64(ends)], ends != 0)
         seq_part = [vb.const(P_TAIL_SEQ), vb.varint(seq), vb.const(P_FLAGS_NEEDS)]
-        begin = _msg(T_PACKET, [vb.const(P_TS), vb.varint(b.start)] + _msg(P_TE, te, n)
-                     + seq_part, n)
-        te_end = [vb.const(TYPE_E + E_UUID), vb.varint(uuid)]
-        end = _msg(T_PACKET, [vb.const(P_TS), vb.varint(b.end)] + _msg(P_TE, te_end, n)
+        begin = _msg(T_PACKET, [vb.const(P_TS), vb.varint_min(b.start - prev)]
+                     + _msg(P_TE, te, n) + seq_part, n)
+        end = _msg(T_PACKET, [vb.const(P_TS), vb.varint_min(b.end - b.start),
+                              vb.const(P_TE + vb.varint_scalar(len(TYPE_E)) + TYPE_E)]
                    + seq_part, n)
-        return vb.flatten(begin + _keep(end, b.slice), n)
+        parts = begin + _keep(end, b.slice)
+        blob = vb.flatten(parts, n)
+        if not self.compress:
+            return blob
+        return bundles(blob, np.broadcast_to(vb.total(parts, n), (n,)))
+
+    def write_batch(self, b):
+        """A batch outside the streaming pipeline (gpu_tracks.py): prepare, encode, write."""
+        blob = self.encode(b, self.prepare(b))
+        self.f.write(blob)
+        self.bytes += len(blob)
+        self.count(b)
 
     # --- counters
     def counters(self, cnt):

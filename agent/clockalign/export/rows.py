@@ -126,3 +126,5 @@ class Batch:
     kind: np.ndarray         # event kind, for counting
     tid: np.ndarray
     flows: dict              # row -> (flow_ids, terminating_flow_ids)
+    # GPU launch flows starting on rows: (rows, flow ids), sorted by row (gpu_tracks.py)
+    launch: tuple = None

@@ -38,14 +38,16 @@ PSEUDO = 1 << 30   # pseudo pid/tid for tracks Chrome JSON has no notion of (lan
 
 # Perfetto ids that another trace concatenated with ours (`cat run.pftrace system.pftrace`)
 # does not use: traced numbers its writers' sequences 1, 2, ... and its track uuids are
-# hashes, so clockalign's sequences start at 2^30 plus a window chosen by the run, and its
+# hashes, so clockalign's sequences start at 2^21 plus a window of 2^16 chosen by the run
+# (one of SEQ_WINDOWS; every id stays below 2^28, a 4-byte varint in each packet), and its
 # uuids carry a 40-bit run salt above the track index.
-SEQ_BASE = 1 << 30
+SEQ_BASE = 1 << 21
+SEQ_WINDOWS = ((1 << 28) - SEQ_BASE) >> 16
 
 
 def run_salt(meta: dict) -> int:
     """40 bits that differ between runs (host, start clocks, targets): two exports of
-    different runs get disjoint uuids and, but for 1 in 16384, disjoint sequence windows."""
+    different runs get disjoint uuids and, but for 1 in 4064, disjoint sequence windows."""
     import hashlib
     import json
     key = json.dumps([meta.get("host"), meta.get("clocks"), meta.get("targets")],
@@ -62,7 +64,7 @@ class Tracks:
         self.processes = processes
         self.gpu_label = gpu_label      # GPU n's track name: "GPU0 00000000:18:00.0"
         self.uuid_base = (salt & ((1 << 40) - 1)) << 24
-        self.seq_base = SEQ_BASE + ((salt & 0x3FFF) << 16)
+        self.seq_base = SEQ_BASE + ((salt % SEQ_WINDOWS) << 16)
         self.clock_seq = self.seq_base + 1     # the clock snapshot's sequence
         self.all = []
         self.by_key = {}

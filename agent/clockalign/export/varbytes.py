@@ -26,15 +26,18 @@ _VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
 class Part:
     """Byte strings, one per row (b: (rows|1, w)), with length n (int: all rows; or array).
 
-    ``keep`` (bool per row) marks rows where the part is present at all.
+    ``keep`` (bool per row) marks rows where the part is present at all.  ``group``:
+    (parts, bytes per row) when this part starts a run of that many parts whose length is
+    known (a length-delimited field: grouped()), so total() need not add them up again.
     """
 
-    __slots__ = ("b", "n", "keep")
+    __slots__ = ("b", "n", "keep", "group")
 
-    def __init__(self, b, n, keep=None):
+    def __init__(self, b, n, keep=None, group=None):
         self.b = b
         self.n = n
         self.keep = keep
+        self.group = group
 
     @property
     def width(self) -> int:
@@ -81,6 +84,26 @@ def varint(values, width: int = None) -> Part:
         if k < width - 1:
             out[:, k] |= np.uint8(0x80)
     return Part(out, width)
+
+
+def varint_min(values) -> Part:
+    """Protobuf varints of uint64 values, each in its fewest bytes (a part of variable
+    length: worth its mask where the values span widths, as time deltas do)."""
+    v = as_u64(values)
+    rows = v.shape[0]
+    if not rows:
+        return Part(np.zeros((0, 1), np.uint8), 1)
+    w = np.searchsorted(_VARINT_LIMITS, v, side="right").astype(np.int64) + 1
+    lo, hi = int(w.min()), int(w.max())
+    if lo == hi:
+        return varint(v, hi)
+    out = np.empty((rows, hi), dtype=np.uint8)
+    for k in range(hi):
+        col = (v >> _U64(7 * k)) if k else v
+        out[:, k] = col.astype(np.uint8) & np.uint8(0x7F)
+        if k < hi - 1:
+            out[:, k] |= (w > k + 1).astype(np.uint8) << np.uint8(7)
+    return Part(out, w)
 
 
 def varint_scalar(v: int, width: int = None) -> bytes:
@@ -133,59 +156,96 @@ def masked(part: Part, keep) -> Part:
     keep = np.asarray(keep, dtype=bool)
     if part.keep is not None:
         keep = keep & part.keep
-    return Part(part.b, part.n, keep)
+    group = part.group and (part.group[0], np.where(keep, part.group[1], 0))
+    return Part(part.b, part.n, keep, group)
+
+
+def grouped(parts: list, n) -> list:
+    """``parts`` marked as one run of known length ``n`` bytes per row (int or array)."""
+    if parts:
+        p = parts[0]
+        parts = [Part(p.b, p.n, p.keep, (len(parts), n))] + parts[1:]
+    return parts
 
 
 def total(parts, rows):
     """Per-row byte length of a record made of parts (an int when it is the same)."""
     fixed = 0
     var = None
-    for p in parts:
-        if p.fixed and p.keep is None:
-            fixed += int(p.n)
+    i = 0
+    while i < len(parts):
+        p = parts[i]
+        if p.group is not None:
+            ln = p.group[1]
+            i += p.group[0]
         else:
-            ln = p.lengths(rows)
+            ln = int(p.n) if p.fixed and p.keep is None else p.lengths(rows)
+            i += 1
+        if isinstance(ln, (int, np.integer)):
+            fixed += int(ln)
+        else:
             var = ln.astype(np.int64) if var is None else var + ln
     return fixed if var is None else var + fixed
 
 
 def flatten(parts, rows: int) -> bytes:
-    """Concatenate the records (each = its parts in order) of all rows, in row order."""
-    parts = [p for p in parts if p.width and not (p.fixed and p.keep is None and p.n == 0)]
-    if rows == 0 or not parts:
+    """Concatenate the records (each = its parts in order) of all rows, in row order: in
+    one pass by native/flatten.c (built at install; NativeMissing when it is not)."""
+    if rows == 0:
         return b""
-    width = sum(p.width for p in parts)
-    mat = np.empty((rows, width), dtype=np.uint8)
-    template = np.zeros(width, dtype=np.uint8)
-    off = 0
-    for p in parts:
-        if p.b.shape[0] == 1:
-            template[off:off + p.width] = p.b[0]
-        off += p.width
-    mat[:] = template
-    keep = None
-    off = 0
-    for p in parts:
-        w = p.width
-        if p.b.shape[0] != 1:
-            mat[:, off:off + w] = p.b
-        if not p.fixed or p.keep is not None or p.n != w:
-            if keep is None:
-                keep = np.ones((rows, width), dtype=bool)
-            if p.fixed:
-                if p.n != w:
-                    keep[:, off + p.n:off + w] = False
-                if p.keep is not None:
-                    keep[:, off:off + min(int(p.n), w)] = p.keep[:, None]
-            else:
-                k = np.arange(w)[None, :] < np.asarray(p.n)[:, None]
-                if p.keep is not None:
-                    k &= p.keep[:, None]
-                keep[:, off:off + w] = k
-        off += w
-    if keep is None:
-        return mat.tobytes()
-    return mat[keep].tobytes()
+    size = total(parts, rows)
+    size = int(size) * rows if isinstance(size, int) else int(size.sum())
+    parts = [p for p in parts if p.width and not (p.fixed and p.keep is None and p.n == 0)]
+    if not parts:
+        return b""
+    return _flatten_native(parts, rows, size)
+
+
+_NATIVE = []
+
+
+def _native():
+    """native/flatten.c's ca_flatten, typed (NativeMissing when it is not built)."""
+    if not _NATIVE:
+        import ctypes
+        from .. import native
+        fn = native.load("flatten").ca_flatten
+        fn.restype = ctypes.c_int64
+        fn.argtypes = [ctypes.c_int64, ctypes.c_int32] + [ctypes.c_void_p] * 6
+        _NATIVE.append(fn)
+    return _NATIVE[0]
+
+
+def _flatten_native(parts, rows: int, size: int):
+    fn = _native()
+    k = len(parts)
+    keepalive = []
+    ptrs = np.zeros((4, k), dtype=np.uint64)        # b, nlen, keep pointers; stride
+    nconst = np.zeros(k, dtype=np.int64)
+    stride = np.zeros(k, dtype=np.int64)
+    for j, p in enumerate(parts):
+        b = np.ascontiguousarray(p.b)
+        if b.shape[0] != 1 and b.shape[0] != rows:
+            raise ValueError("a part has neither one row nor one per record")
+        stride[j] = 0 if b.shape[0] == 1 else b.shape[1]
+        keepalive.append(b)
+        ptrs[0, j] = b.ctypes.data
+        if p.fixed:
+            nconst[j] = int(p.n)
+        else:
+            n = np.ascontiguousarray(np.broadcast_to(p.n, (rows,)), dtype=np.int64)
+            keepalive.append(n)
+            ptrs[1, j] = n.ctypes.data
+        if p.keep is not None:
+            kp = np.ascontiguousarray(p.keep, dtype=np.bool_).view(np.uint8)
+            keepalive.append(kp)
+            ptrs[2, j] = kp.ctypes.data
+    out = np.empty(size, dtype=np.uint8)
+    got = fn(rows, k, ptrs[0].ctypes.data, stride.ctypes.data, nconst.ctypes.data,
+             ptrs[1].ctypes.data, ptrs[2].ctypes.data, out.ctypes.data)
+    if got != size:
+        raise AssertionError(f"flatten wrote {got} bytes, not {size}")
+    return out.tobytes()
 
 
 # protobuf wire type of each field type (google.protobuf FieldDescriptor.TYPE_* numbers):

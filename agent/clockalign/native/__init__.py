@@ -1,5 +1,6 @@
 """Small C helpers, loaded with ctypes: the event buffers' reader thread and the recorder's
 per-event work (reader.c with batch.c), the GPU clock ping-pong's host loop (ca_pingpong.c),
+the Perfetto export's packet layout (flatten.c),
 and the CUPTI injection library of record --gpu-activity (ca_cupti.c, built against the CUPTI
 headers of the libcupti it will load: capture/gpu/cupti.py).
 
@@ -24,6 +25,7 @@ BUILT = HERE / "_built"
 HELPERS = {
     "reader": ("the event buffers' reader thread and batch work", ["reader.c", "batch.c"]),
     "ca_pingpong": ("the GPU clock's ping-pong loop", ["ca_pingpong.c"]),
+    "flatten": ("the Perfetto export's record layout", ["flatten.c"]),
 }
 HOW_TO_BUILD = "run scripts/setup.sh (installed with pip: sudo python3 -m clockalign.native.build)"
 _loaded: dict = {}

@@ -11,7 +11,7 @@ the load does not follow the period.  The windows go into the run file's trailer
 output can say which time was watched.
 
 The same cycle, with ``step(pause, resume)``, switches GPU activity of --pid targets
-(capture/gpuactivity.py): CUPTI detached and attached again each period.
+(capture/gpu/gpuactivity.py): CUPTI detached and attached again each period.
 """
 import time
 
