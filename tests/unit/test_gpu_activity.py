@@ -220,13 +220,35 @@ def test_report_section_counts_idle_gaps_while_the_launcher_was_off_cpu(run, tmp
 def test_load_in_blocks_gives_the_same_rows(run, monkeypatch):
     """load() maps and joins BLOCK rows at a time (bounded temporaries): blocks of 7 rows
     must give exactly the rows of one block over all."""
-    from clockalign.timeline import gpu_activity as ga
+    from clockalign.timeline import gpu_load
     path, _ = run
     whole = Timeline.open(path).gpu_activity().rows
-    monkeypatch.setattr(ga, "BLOCK", 7)
+    monkeypatch.setattr(gpu_load, "BLOCK", 7)
     small = Timeline.open(path).gpu_activity().rows
     assert len(whole) > 7 * 10 and (whole["launch_src"] == LAUNCH_BPF).any()
     assert whole.tobytes() == small.tobytes()
+
+
+@pytest.mark.parametrize("maker", ["gpu", "bulk-graphs"])
+def test_a_few_fields_as_narrow_columns_are_the_full_rows_fields(run, tmp_path, maker):
+    """load(fields=...) keeps each field in the narrowest integer type (end_ns and
+    launch_t_ns as differences from t_ns): the values are the full rows' own."""
+    from clockalign.timeline.gpu_activity import ACTIVITY_DTYPE
+    if maker == "gpu":
+        path = run[0]
+    else:
+        path = tmp_path / "bulk.ca"
+        g.make_bulk_gpu_run(str(path), 3000, chunk=512, per_call=3, every_ns=20_000)
+    full = Timeline.open(path).gpu_activity().rows
+    fields = [f for f in ACTIVITY_DTYPE.names if f != "launch_end_ns"]
+    tl = Timeline.open(path)
+    part = tl.gpu_activity(fields=fields).rows
+    assert len(part) == len(full) > 0
+    for f in fields:
+        assert (np.asarray(part[f]) == full[f]).all(), f
+    assert part["pid"].itemsize < full["pid"].itemsize
+    assert part.cols["dur_ns"].itemsize < 8 and "end_ns" not in part.cols
+    assert tl.gpu_activity().rows.tobytes() == full.tobytes()     # the whole rows again
 
 
 def test_a_run_without_gpu_activity_has_no_section(tmp_path):

@@ -52,6 +52,7 @@ class Timeline:
         self._side = {}
         self._faults = None
         self._gpu_events = None
+        self._calls = None
         self._devices = None
         self._fit_error = None
         self._fit_failures = {}
@@ -157,6 +158,8 @@ class Timeline:
             folds.append(("_index", _IndexFold(self)))
         if self._fault_data is None:
             folds.append(("_fault_data", Collector()))
+        if self._calls is None and Chunk.GPU_ACTIVITY in self.reader.chunk_types():
+            folds.append(("_calls", _CallsFold(self.reader)))
         for ev in self.reader.iter_events():
             for _, f in folds:
                 f.feed(ev)
@@ -217,6 +220,20 @@ class Timeline:
             else:
                 break
         return name
+
+    def cuda_calls(self) -> np.ndarray:
+        """The run's CUDA calls as CALL_DTYPE (t_ns, dur_ns, tid, code; 22 bytes a call), in
+        file order, from the first full pass over the events of a run with GPU activity
+        (what joins an execution to its launching call).  A call seen at its entry only
+        (--cuda-returns blocking) has dur_ns -1: its return is unknown."""
+        if self._calls is None:
+            if Chunk.GPU_ACTIVITY not in self.reader.chunk_types():
+                fold = _CallsFold(self.reader)
+                for ev in self.reader.iter_events():
+                    fold.feed(ev)
+                return fold.result()
+            self._whole_pass()
+        return self._calls
 
     # ------------------------------------------------------------------ events
     def iter_events(self, kinds=None, window=None, tids=None):
@@ -285,14 +302,19 @@ class Timeline:
         self._gpu_events = out
         return out
 
-    def gpu_activity(self):
+    def gpu_activity(self, fields=None):
         """GPU kernels, copies and memsets (record --gpu-activity) on MONOTONIC with their
-        uncertainty and launching call: timeline/gpu_activity.GpuActivity (cached)."""
-        if getattr(self, "_gpu_activity", None) is None:
+        uncertainty and launching call: timeline/gpu_activity.GpuActivity (cached).
+        ``fields``: only these ACTIVITY_DTYPE fields, as narrow columns (gpu_table.Table):
+        a fraction of the memory of the whole rows, for a reader that needs a few."""
+        key = None if fields is None else tuple(fields)
+        if getattr(self, "_gpu_activity", (None,))[0] != key or self._gpu_activity[1] is None:
             from .gpu_activity import load
-            self._gpu_activity = load(self)
-            self.notes.extend(n for n in self._gpu_activity.notes if n not in self.notes)
-        return self._gpu_activity
+            self._gpu_activity = (key, None)         # the previous one let go first
+            acts = load(self, fields)
+            self._gpu_activity = (key, acts)
+            self.notes.extend(n for n in acts.notes if n not in self.notes)
+        return self._gpu_activity[1]
 
     # ------------------------------------------------------------------ counters
     def counters(self, gpu=None, fields=None) -> np.ndarray:
@@ -374,6 +396,33 @@ class Timeline:
         if isinstance(kinds, str):
             kinds = [kinds]
         return [f for f in self._faults if f.kind in set(kinds)]
+
+
+CALL_DTYPE = np.dtype([("t_ns", "<i8"), ("dur_ns", "<i8"), ("tid", "<u4"), ("code", "<u2")])
+_CALL_KINDS = np.array([Kind.CUDA, Kind.CUDA_ENTRY], dtype=np.uint16)
+
+
+class _CallsFold:
+    """The CUDA calls of a pass (Timeline.cuda_calls), filled a chunk at a time into one
+    array sized by the chunks' row counts (np.zeros: the pages left unfilled are never
+    mapped)."""
+
+    def __init__(self, reader):
+        self.out = np.zeros(reader.count_rows(Chunk.EVENTS), dtype=CALL_DTYPE)
+        self.at = 0
+
+    def feed(self, ev):
+        ev = ev[np.isin(ev["kind"], _CALL_KINDS)]
+        dst = self.out[self.at:self.at + len(ev)]
+        dst["t_ns"] = ev["ts"].astype(np.int64)
+        dst["dur_ns"] = ev["dur"].astype(np.int64)
+        dst["tid"] = ev["tid"]
+        dst["code"] = ev["code"]
+        dst["dur_ns"][ev["kind"] == Kind.CUDA_ENTRY] = -1
+        self.at += len(ev)
+
+    def result(self) -> np.ndarray:
+        return self.out[:self.at]
 
 
 class _IndexFold:
