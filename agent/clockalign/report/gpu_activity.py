@@ -126,16 +126,22 @@ def stream_table(rows, streams=None) -> list:
 
 
 def _stream_gaps(rows, idx):
-    """The idle gaps of one stream (``idx``: its rows in start order), as columns: start
-    (the reach of the work before), end (the next work's start), the next work's
-    launching tid and launch entry (-1: none)."""
-    t = _take(rows, "t_ns", idx)
-    reach = np.maximum.accumulate(_take(rows, "end_ns", idx))
-    gap = np.flatnonzero(t[1:] > reach[:-1])
-    nxt = idx[gap + 1]
-    return (reach[gap], t[gap + 1], rows["launch_tid"][nxt].astype(np.int64),
-            np.where(rows["launch_src"][nxt] != 0, _take(rows, "launch_t_ns", nxt),
-                     -1).astype(np.int64))
+    """The idle gaps of one stream (``idx``: its rows in start order), a block of rows at a
+    time, as columns: start (the reach of the work before), end (the next work's start),
+    the next work's launching tid and launch entry (-1: none)."""
+    reach_before = None
+    for b in _blocks(len(idx)):
+        i = idx[b] if b.start == 0 else idx[b.start - 1:b.stop]   # with the row before
+        t = _take(rows, "t_ns", i)
+        reach = np.maximum.accumulate(_take(rows, "end_ns", i))
+        if reach_before is not None:
+            reach = np.maximum(reach, reach_before)
+        reach_before = reach[-1]
+        gap = np.flatnonzero(t[1:] > reach[:-1])
+        nxt = i[gap + 1]
+        yield (reach[gap], t[gap + 1], rows["launch_tid"][nxt].astype(np.int64),
+               np.where(rows["launch_src"][nxt] != 0, _take(rows, "launch_t_ns", nxt),
+                        -1).astype(np.int64))
 
 
 class _OffCpu:
@@ -156,6 +162,35 @@ class _OffCpu:
         return got
 
 
+def _charge(j, at, g0, g1, tid, launch, off_cpu, tot, cand, uniq):
+    """Charge gaps of stream j (its gaps ``at``.. in order) with the off-CPU time of the
+    thread that launched the work after each; add them to the totals ``tot`` and their
+    10 largest to ``cand``."""
+    if not len(g0):
+        return
+    w1 = np.where(launch >= 0, np.minimum(g1, launch), g1)
+    pre = np.zeros(len(g0), dtype=np.int64)
+    blk = np.zeros(len(g0), dtype=np.int64)
+    for t in np.unique(tid[launch >= 0]).tolist():
+        m = (tid == t) & (launch >= 0)
+        for flag, out in ((1, pre), (0, blk)):
+            out[m] = off_cpu_within(g0[m], w1[m], *off_cpu.of(t, flag))
+    off = pre + blk
+    idle = g1 - g0
+    tot["gaps"] += int(len(g0))
+    tot["idle_ns"] += int(idle.sum())
+    tot["with_offcpu"] += int((off > 0).sum())
+    tot["offcpu_ns"] += int(off.sum())
+    tot["preempted_ns"] += int(pre.sum())
+    tot["blocked_ns"] += int(blk.sum())
+    tot["idle_in_gaps_with_offcpu_ns"] += int(idle[off > 0].sum())
+    for i in np.argsort(-off, kind="stable")[:10].tolist():
+        cand.append((-int(off[i]), j, at + i, {
+            "gpu": uniq[j][0], "pid": uniq[j][1], "stream": uniq[j][2],
+            "start_ns": int(g0[i]), "idle_ns": int(idle[i]), "tid": int(tid[i]),
+            "preempted_ns": int(pre[i]), "blocked_ns": int(blk[i])}))
+
+
 def idle_gaps(rows, sched, streams=None) -> dict:
     """Every idle gap of every stream, charged with its next work's launcher's off-CPU
     time; one stream at a time (the gaps of a run can be as many as its executions)."""
@@ -167,30 +202,10 @@ def idle_gaps(rows, sched, streams=None) -> dict:
                          "blocked_ns", "idle_in_gaps_with_offcpu_ns"), 0)
     cand = []        # (-off, stream, gap): the 10 largest of each stream
     for j, _, idx in _each_stream(rows, streams):
-        g0, g1, tid, launch = _stream_gaps(rows, idx)
-        if not len(g0):
-            continue
-        w1 = np.where(launch >= 0, np.minimum(g1, launch), g1)
-        pre = np.zeros(len(g0), dtype=np.int64)
-        blk = np.zeros(len(g0), dtype=np.int64)
-        for t in np.unique(tid[launch >= 0]).tolist():
-            m = (tid == t) & (launch >= 0)
-            for flag, out in ((1, pre), (0, blk)):
-                out[m] = off_cpu_within(g0[m], w1[m], *off_cpu.of(t, flag))
-        off = pre + blk
-        idle = g1 - g0
-        tot["gaps"] += int(len(g0))
-        tot["idle_ns"] += int(idle.sum())
-        tot["with_offcpu"] += int((off > 0).sum())
-        tot["offcpu_ns"] += int(off.sum())
-        tot["preempted_ns"] += int(pre.sum())
-        tot["blocked_ns"] += int(blk.sum())
-        tot["idle_in_gaps_with_offcpu_ns"] += int(idle[off > 0].sum())
-        for i in np.argsort(-off, kind="stable")[:10].tolist():
-            cand.append((-int(off[i]), j, i, {
-                "gpu": uniq[j][0], "pid": uniq[j][1], "stream": uniq[j][2],
-                "start_ns": int(g0[i]), "idle_ns": int(idle[i]), "tid": int(tid[i]),
-                "preempted_ns": int(pre[i]), "blocked_ns": int(blk[i])}))
+        at = 0          # gaps of the stream before this block
+        for g0, g1, tid, launch in _stream_gaps(rows, idx):
+            _charge(j, at, g0, g1, tid, launch, off_cpu, tot, cand, uniq)
+            at += len(g0)
     if not tot["gaps"]:
         return {"gaps": 0, "idle_ns": 0, "with_offcpu": 0, "offcpu_ns": 0, "preempted_ns": 0,
                 "blocked_ns": 0, "top": []}
@@ -199,11 +214,11 @@ def idle_gaps(rows, sched, streams=None) -> dict:
 
 
 def durations(rows, idx) -> np.ndarray:
-    """end_ns - t_ns of rows ``idx`` (int64), a block at a time."""
-    out = np.empty(len(idx), dtype=np.int64)
+    """end_ns - t_ns of rows ``idx``, a block at a time, in the narrowest integer type."""
+    parts = Concat()
     for b in _blocks(len(idx)):
-        out[b] = _take(rows, "end_ns", idx[b]) - _take(rows, "t_ns", idx[b])
-    return out
+        parts.add(_take(rows, "end_ns", idx[b]) - _take(rows, "t_ns", idx[b]))
+    return parts.array()
 
 
 def launch_to_start(rows) -> np.ndarray:
@@ -212,7 +227,7 @@ def launch_to_start(rows) -> np.ndarray:
     for b in _blocks(len(rows)):
         q = np.flatnonzero((rows["launch_src"][b] == 1) & rows["raw"][b]) + b.start
         parts.add(_take(rows, "t_ns", q) - _take(rows, "launch_t_ns", q))
-    return parts.array(np.int64)
+    return parts.array()
 
 
 def kernel_table(acts, rows, k=15, ki=None, dur=None) -> list:
@@ -275,6 +290,7 @@ def gpu_section(acts, sched):
     streams = stream_order(rows)
     nums = {"stats": acts.stats, "streams": stream_table(rows, streams)}
     ki = np.flatnonzero(rows["kind"] == GpuKind.KERNEL)
+    ki = ki.astype(np.uint32) if len(ki) < 1 << 32 else ki
     kd = durations(rows, ki)
     nums["kernel_duration_ns"] = {"n": int(len(kd)), **{f"p{q}": pct(kd, q)
                                                         for q in (50, 90, 99, 99.9)},

@@ -25,6 +25,7 @@ from ..store.reader import RunReader
 from ..store.schema import Chunk, Kind
 from .events import TIMELINE_DTYPE, decode_comm, decode_xid, select, to_timeline
 from .fault_events import Collector
+from .heap import bounded_heap
 
 COUNTER_DTYPE = np.dtype([
     ("gpu", "u1"),
@@ -42,6 +43,7 @@ class Timeline:
     """Query API over one run (see docs/timeline-api.md for the contract)."""
 
     def __init__(self, reader: RunReader, models: dict = None):
+        bounded_heap()
         self.reader = reader
         self.path = reader.path
         self.meta = reader.meta
@@ -53,6 +55,7 @@ class Timeline:
         self._faults = None
         self._gpu_events = None
         self._calls = None
+        self._gpu_activity = (None, None)     # (the fields asked for, GpuActivity)
         self._devices = None
         self._fit_error = None
         self._fit_failures = {}
@@ -221,19 +224,23 @@ class Timeline:
                 break
         return name
 
-    def cuda_calls(self) -> np.ndarray:
+    def cuda_calls(self, keep: bool = True) -> np.ndarray:
         """The run's CUDA calls as CALL_DTYPE (t_ns, dur_ns, tid, code; 22 bytes a call), in
         file order, from the first full pass over the events of a run with GPU activity
         (what joins an execution to its launching call).  A call seen at its entry only
-        (--cuda-returns blocking) has dur_ns -1: its return is unknown."""
-        if self._calls is None:
-            if Chunk.GPU_ACTIVITY not in self.reader.chunk_types():
-                fold = _CallsFold(self.reader)
-                for ev in self.reader.iter_events():
-                    fold.feed(ev)
-                return fold.result()
+        (--cuda-returns blocking) has dur_ns -1: its return is unknown.  ``keep=False``:
+        the Timeline lets them go (the GPU activity join, their one reader, has them)."""
+        if self._calls is None and Chunk.GPU_ACTIVITY in self.reader.chunk_types():
             self._whole_pass()
-        return self._calls
+        if self._calls is None or self._calls is False:
+            fold = _CallsFold(self.reader)        # a pass of their own
+            for ev in self.reader.iter_events():
+                fold.feed(ev)
+            return fold.result()
+        calls = self._calls
+        if not keep:
+            self._calls = False      # given away: a later ask reads the events again
+        return calls
 
     # ------------------------------------------------------------------ events
     def iter_events(self, kinds=None, window=None, tids=None):
@@ -308,7 +315,7 @@ class Timeline:
         ``fields``: only these ACTIVITY_DTYPE fields, as narrow columns (gpu_table.Table):
         a fraction of the memory of the whole rows, for a reader that needs a few."""
         key = None if fields is None else tuple(fields)
-        if getattr(self, "_gpu_activity", (None,))[0] != key or self._gpu_activity[1] is None:
+        if self._gpu_activity[0] != key or self._gpu_activity[1] is None:
             from .gpu_activity import load
             self._gpu_activity = (key, None)         # the previous one let go first
             acts = load(self, fields)

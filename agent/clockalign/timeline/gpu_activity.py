@@ -106,28 +106,26 @@ def _map_converted(t, pid, clocks):
 
 
 class BpfCalls:
-    """The run's CUDA calls (CALL_DTYPE) by thread, each thread's in entry order, to find
-    the call that launched a CUPTI callback (``find``)."""
+    """The run's CUDA calls (CALL_DTYPE) sorted by thread, then entry (stable), to find the
+    call that launched a CUPTI callback (``find``); ``t`` and ``dur`` in that order (the calls given can be let go)."""
+
+    NO_END = np.iinfo(np.int64).max       # the end of a call seen at its entry only
 
     def __init__(self, cuda):
-        self.cuda = cuda
-        self.by_tid = {}
-        if not len(cuda):
-            return
         order = np.lexsort((cuda["t_ns"], cuda["tid"]))
+        self.t = cuda["t_ns"][order]
+        self.dur = cuda["dur_ns"][order]
         tids = cuda["tid"][order]
-        cut = np.flatnonzero(np.diff(tids)) + 1
-        for c in np.split(order, cut):
-            ts = cuda["t_ns"][c]
-            dur = cuda["dur_ns"][c]
-            end = np.where(dur < 0, np.iinfo(np.int64).max, ts + np.maximum(dur, 0))
-            self.by_tid[int(cuda["tid"][c[0]])] = (c, ts, end)
+        self.order = order.astype(np.uint32) if len(order) < 1 << 32 else order
+        cut = np.r_[0, np.flatnonzero(np.diff(tids)) + 1, len(tids)]
+        self.by_tid = {int(tids[a]): (a, b) for a, b in zip(cut[:-1], cut[1:]) if b > a}
 
-    def find(self, tids, t0, t1) -> np.ndarray:
-        """Index into the calls of the call of thread tids[i] whose [ts, ts+dur] holds
-        [t0[i], t1[i]] (the latest such entry), or -1.  A call seen at its entry only (dur
-        -1) holds what follows its entry: a thread's calls into the driver are sequential,
-        so the latest entry before a callback is the call it ran in."""
+    def find(self, tids, t0, t1, sorted_index=False) -> np.ndarray:
+        """Index of the call of thread tids[i] whose [ts, ts+dur] holds [t0[i], t1[i]]
+        (the latest such entry), or -1: into the calls given, or with ``sorted_index``
+        into ``t``/``dur``.  A call seen at its entry only (dur -1) holds what follows its
+        entry: a thread's calls into the driver are sequential, so the latest entry before
+        a callback is the call it ran in."""
         out = np.full(len(tids), -1, dtype=np.int64)
         if not self.by_tid or not len(tids):
             return out
@@ -135,13 +133,17 @@ class BpfCalls:
             got = self.by_tid.get(tid)
             if got is None:
                 continue
-            c, ts, end = got
+            a, b = got
             m = np.flatnonzero(tids == tid)
-            j = np.searchsorted(ts, t0[m], side="right") - 1
+            j = np.searchsorted(self.t[a:b], t0[m], side="right") - 1
             ok = j >= 0
-            jj = np.maximum(j, 0)
-            ok &= end[jj] >= t1[m]
-            out[m[ok]] = c[jj[ok]]
+            jj = np.maximum(j, 0) + a
+            d = self.dur[jj]
+            ok &= np.where(d < 0, self.NO_END, self.t[jj] + np.maximum(d, 0)) >= t1[m]
+            out[m[ok]] = jj[ok]
+        if not sorted_index:
+            hit = out >= 0
+            out[hit] = self.order[out[hit]]
         return out
 
 

@@ -227,13 +227,22 @@ def _stored(fields, full: bool) -> tuple:
     return tuple(out)
 
 
+def _index(i: np.ndarray) -> np.ndarray:
+    """An index array as uint32 where it fits (half the memory of numpy's int64)."""
+    return i.astype(np.uint32) if len(i) < 1 << 32 else i
+
+
 def _columns(ps, full: bool, keep) -> dict:
     """The pass's columns, without the rows ``keep`` leaves out, sorted by time (stable: a
     tie keeps file order), one column at a time."""
     t = ps.cols["t_ns"].array(np.int64)
-    kept = np.arange(len(t)) if keep is None else np.flatnonzero(keep)
-    order = kept[np.argsort(t[kept], kind="stable")]
-    cols = {"t_ns": t[order]}
+    if keep is not None:
+        t = t[keep]
+    order = _index(np.argsort(t, kind="stable"))
+    t.sort(kind="stable")                 # t[order], in place
+    if keep is not None:
+        order = _index(np.flatnonzero(keep))[order]
+    cols = {"t_ns": t}
     del t
     for f, c in ps.cols.items():
         if f != "t_ns":
@@ -243,16 +252,40 @@ def _columns(ps, full: bool, keep) -> dict:
     return cols
 
 
-def _join(tl, cols, api, full: bool, stats, notes) -> dict:
-    """The launching call of every row: the CUPTI callback with its (pid, corr), then the
-    BPF CUDA event of that thread around the callback; the launch_* columns."""
-    n = len(cols["t_ns"])
+def _callbacks(tl, api) -> dict:
+    """The CUPTI callbacks sorted by (pid, corr) ("key"), each with its launching call:
+    the BPF CUDA event of its thread around it (launch_src LAUNCH_BPF, its entry and, where
+    its return was probed, its end), else the callback's own stamps (LAUNCH_CUPTI).  Done
+    before the executions are sorted, so the run's CUDA calls are let go first."""
     a = {f: c.array() for f, c in api.items()}
-    key_a = (a["pid"].astype(np.uint64) << np.uint64(32)) | a["corr"].astype(np.uint64)
-    order_a = np.argsort(key_a, kind="stable")
-    key_a = key_a[order_a]
-    cuda = tl.cuda_calls()
-    calls = BpfCalls(cuda)
+    key = (a.pop("pid").astype(np.uint64) << np.uint64(32)) | a.pop("corr").astype(np.uint64)
+    order = np.argsort(key, kind="stable")
+    cb = {"key": key[order]}
+    del key
+    for f in ("tid", "aux", "start", "end"):
+        cb[f] = a.pop(f)[order]
+    del order
+    calls = BpfCalls(tl.cuda_calls(keep=False))
+    n = len(cb["key"])
+    lt, le = cb.pop("start").astype(np.int64), cb.pop("end").astype(np.int64)
+    src = np.full(n, LAUNCH_CUPTI, np.uint8)
+    for b in _blocks(n):
+        bi = calls.find(cb["tid"][b].astype(np.int64), lt[b], le[b], sorted_index=True)
+        hb = np.flatnonzero(bi >= 0) + b.start
+        bi = bi[bi >= 0]
+        lt[hb] = calls.t[bi]
+        d = calls.dur[bi]
+        known = d >= 0                                 # the return probed: its end
+        le[hb[known]] = calls.t[bi[known]] + d[known]
+        src[hb] = LAUNCH_BPF
+    cb.update(t=lt, end=le, src=src, calls=len(calls.t))
+    return cb
+
+
+def _join(cols, cb, full: bool, stats, notes) -> dict:
+    """The launching call of every row, by its (pid, corr): the launch_* columns."""
+    n = len(cols["t_ns"])
+    key_a = cb["key"]
     out = {f: Concat() for f in ("launch_tid", "launch_fn", "launch_src") + (
         ("launch_t_ns", "launch_end_ns") if full else ("launch_lead_ns",))}
     has_n = hb_n = 0
@@ -267,20 +300,11 @@ def _join(tl, cols, api, full: bool, stats, notes) -> dict:
                 cols["corr"][b].astype(np.uint64)
             pos = np.minimum(np.searchsorted(key_a, key_r), len(key_a) - 1)
             has = key_a[pos] == key_r
-            ai = order_a[pos[has]]
-            tid[has], fn[has] = a["tid"][ai], a["aux"][ai]
-            lt[has], le[has] = a["start"][ai].astype(np.int64), a["end"][ai].astype(np.int64)
-            src[has] = LAUNCH_CUPTI
-            bi = np.full(m, -1, np.int64)
-            bi[has] = calls.find(tid[has].astype(np.int64), lt[has], le[has])
-            hb = bi >= 0
-            lt[hb] = cuda["t_ns"][bi[hb]]
-            known = np.zeros(m, dtype=bool)          # the return probed: its end
-            known[hb] = cuda["dur_ns"][bi[hb]] >= 0
-            le[known] = cuda["t_ns"][bi[known]] + cuda["dur_ns"][bi[known]]
-            src[hb] = LAUNCH_BPF
+            ai = pos[has]
+            tid[has], fn[has] = cb["tid"][ai], cb["aux"][ai]
+            lt[has], le[has], src[has] = cb["t"][ai], cb["end"][ai], cb["src"][ai]
             has_n += int(has.sum())
-            hb_n += int(hb.sum())
+            hb_n += int((src == LAUNCH_BPF).sum())
         out["launch_tid"].add(tid)
         out["launch_fn"].add(fn)
         out["launch_src"].add(src)
@@ -292,7 +316,7 @@ def _join(tl, cols, api, full: bool, stats, notes) -> dict:
     if len(key_a) and n:
         stats["joined_callback"] = has_n
     stats["joined_bpf"] = hb_n
-    if has_n and len(cuda) and hb_n < has_n:
+    if has_n and cb["calls"] and hb_n < has_n:
         notes.append(f"{has_n - hb_n} launching calls seen by CUPTI had no BPF "
                      "CUDA event around them (an unprobed function, or events lost); their "
                      "launch time is CUPTI's callback stamp")
@@ -328,12 +352,12 @@ def load(tl, fields=None) -> GpuActivity:
         notes.append(f"{ps.unmapped} GPU activity records of a GPU with no clock "
                      "samples could not be mapped and are left out")
     other = ps.others()
-    api = ps.api
+    cb = _callbacks(tl, ps.api)
     cols = _columns(ps, full, keep)
     del ps, keep
     stats["activity"] = int(len(cols["t_ns"]))
-    cols.update(_join(tl, cols, api, full, stats, notes))
-    del api
+    cols.update(_join(cols, cb, full, stats, notes))
+    del cb
     for k, name in KIND_NAMES.items():
         stats[name] = int((cols["kind"] == k).sum())
     dropped = other["kind"] == GpuKind.DROPPED
