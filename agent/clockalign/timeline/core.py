@@ -56,6 +56,7 @@ class Timeline:
         self._gpu_events = None
         self._calls = None
         self._gpu_activity = (None, None)     # (the fields asked for, GpuActivity)
+        self._spool = None                    # timeline/spool.EventSpool, if asked for
         self._devices = None
         self._fit_error = None
         self._fit_failures = {}
@@ -152,6 +153,51 @@ class Timeline:
         """The rows of a row chunk type (THREADS, CLOCK_INFO, ...), as the reader has them."""
         return self.reader.rows(ctype)
 
+    def spool(self, directory=None) -> bool:
+        """Keep the events of the first full pass decoded in a temporary file in
+        ``directory`` (timeline/spool.py), so that the passes after it read them back
+        instead of decoding every chunk again: for a command that reads the events twice
+        (export).  False where the first pass is over already."""
+        if self._index is not None or self._spool is not None:
+            return self._spool is not None and not self._spool.state == "off"
+        from .spool import EventSpool
+        self._spool = EventSpool(directory, self.reader.count_rows(Chunk.EVENTS))
+        return True
+
+    def _chunks(self):
+        """(i, EVENT_DTYPE) of every EVENTS chunk: from the spool once it is written,
+        else decoded (and spooled, on the pass that writes it)."""
+        sp = self._spool
+        if sp is not None and sp.done:
+            yield from sp.chunks()
+            return
+        writing = sp is not None and sp.begin()
+        complete = False
+        try:
+            for i, ev in enumerate(self.reader.iter_events()):
+                if writing and sp.writing():
+                    sp.add(ev)
+                yield i, ev
+            complete = True
+        finally:
+            if writing:
+                if complete and sp.writing():
+                    sp.finish()
+                else:
+                    sp.abandon()
+
+    def event_chunks(self, want=None):
+        """The events of each EVENTS chunk, read by field name (ev["ts"], ev["ret"]...),
+        skipping chunk i undecoded where ``want(i)`` is False: for a partial pass (the
+        fault chains' second one), from the spool where there is one (EVENT_DTYPE, XID_MSG
+        parts taken out), else decoded (reader.iter_columns: the chunk as it is)."""
+        sp = self._spool
+        if sp is not None and sp.done:
+            for _, ev in sp.chunks(want):
+                yield ev
+            return
+        yield from self.reader.iter_columns(Chunk.EVENTS, want)
+
     def _raw_events(self):
         """Every EVENTS chunk as EVENT_DTYPE (XID_MSG parts taken out), decoded once; the
         whole-run folds still missing ride along and are kept once the pass reaches the
@@ -163,7 +209,7 @@ class Timeline:
             folds.append(("_fault_data", Collector()))
         if self._calls is None and Chunk.GPU_ACTIVITY in self.reader.chunk_types():
             folds.append(("_calls", _CallsFold(self.reader)))
-        for ev in self.reader.iter_events():
+        for _, ev in self._chunks():
             for _, f in folds:
                 f.feed(ev)
             yield ev
