@@ -11,7 +11,7 @@ from . import gpu_runs as g
 from clockalign.cli.main import cli
 from clockalign.report import build_report
 from clockalign.store import cuda_api
-from clockalign.store.schema import GpuKind, Kind
+from clockalign.store.schema import Chunk, GpuKind, Kind
 from clockalign.timeline import Timeline
 from clockalign.timeline.gpu_activity import (CUPTI_STAMP_UNC_NS, LAUNCH_BPF, LAUNCH_CUPTI,
                                               _join_bpf, waiting_syncs)
@@ -332,3 +332,47 @@ def test_launches_seen_at_entry_only_are_joined_too(tmp_path):
     assert (r["launch_end_ns"] == entries + g.LAUNCH_NS - 1_000).all()   # CUPTI's end
     names = {acts.launch_function(x) for x in r}
     assert names == {"cuLaunchKernel", "cuMemsetD8Async"}
+
+
+def _device_records_last(src, dst):
+    """A copy of run ``src`` whose DEVICE records come after all the activity they name."""
+    from clockalign.store.reader import COLUMNAR, RunReader
+    from clockalign.store.schema import Chunk
+    from clockalign.store.writer import RunWriter
+    r = RunReader(src)
+    dev = []
+    with RunWriter(dst, r.meta) as w:
+        for ctype, payload in r.iter_chunks():
+            if ctype == Chunk.TRAILER:
+                continue
+            if ctype not in COLUMNAR:
+                w.write_rows(ctype, payload["rows"])
+                continue
+            cols = r.decode_payload(payload)
+            if ctype == Chunk.GPU_ACTIVITY:
+                m = cols["kind"] == GpuKind.DEVICE
+                dev.append({k: v[m] for k, v in cols.items()})
+                cols = {k: v[~m] for k, v in cols.items()}
+            w.write_columns(ctype, cols)
+        w.write_columns(Chunk.GPU_ACTIVITY, {k: np.concatenate([d[k] for d in dev])
+                                             for k in dev[0]})
+        w.close(r.trailer)
+
+
+def test_a_device_record_after_the_activity_it_names_maps_that_activity(tmp_path,
+                                                                         monkeypatch):
+    """Chunks are mapped as they are read, by the DEVICE records seen so far; one that comes
+    later and names another domain makes load() read the chunks again: the rows are those
+    of the run with the record first."""
+    from clockalign.timeline import gpu_load
+    src, late = tmp_path / "a.ca", tmp_path / "b.ca"
+    g.make_bulk_gpu_run(str(src), 4000, chunk=1024, per_call=2)
+    _device_records_last(str(src), str(late))
+    monkeypatch.setattr(gpu_load._Domains, "guess", lambda self, p, d: None)
+    want = Timeline.open(src).gpu_activity()
+    tl = Timeline.open(late)
+    got = tl.gpu_activity()
+    n = len(list(tl.reader.chunk_sizes(Chunk.GPU_ACTIVITY)))
+    assert tl.reader.decodes[Chunk.GPU_ACTIVITY] == 2 * n        # read twice
+    assert len(got) == len(want) == 4000 and got.rows.tobytes() == want.rows.tobytes()
+    assert got.stats == want.stats and got.notes == want.notes == []
