@@ -1,7 +1,9 @@
 """Reading a run's GPU activity (timeline/gpu_activity.py says what it means): one pass over
-its GPU_ACTIVITY chunks, each mapped onto MONOTONIC as it is decoded, kept column by column
-in the narrowest types (gpu_table.Concat), then sorted by time and joined to the launching
-calls in blocks.
+its GPU_ACTIVITY chunks, each mapped onto MONOTONIC as it is decoded and written straight
+into the ACTIVITY_DTYPE rows (every field) or kept column by column in the narrowest types
+(gpu_table.Concat: a few fields), then sorted by time a column at a time and joined to the
+launching calls in blocks.  The callbacks are joined to their BPF calls first, so the
+run's CUDA calls are let go before the executions are sorted.
 
     acts = load(tl)                          # rows: ACTIVITY_DTYPE, every field
     acts = load(tl, fields=("t_ns", ...))    # rows: a gpu_table.Table of those fields only
@@ -86,9 +88,14 @@ class _Pass:
     """One pass over the GPU_ACTIVITY chunks: the activity rows that map, as columns (in
     file order), the callbacks, the other records, and the converted rows to place."""
 
-    def __init__(self, tl, stored, doms, fixed=None):
+    def __init__(self, tl, stored, doms, fixed=None, full=False):
         self.tl, self.stored, self.doms, self.fixed = tl, stored, doms, fixed
-        self.cols = {f: Concat() for f in stored}
+        self.cols = {} if full else {f: Concat() for f in stored}
+        self.parts = 0           # chunks with activity so far: each a part of every column
+        # every field: straight into the rows, one array sized by the chunks' row counts
+        # (np.zeros: the pages of the rows that do not map are never touched)
+        self.rows = np.zeros(tl.reader.count_rows(Chunk.GPU_ACTIVITY),
+                             dtype=ACTIVITY_DTYPE) if full else None
         self.api = {f: Concat() for f in _API}
         self.other = []
         self.pending = []        # (part, positions, pid, device, gpu start, gpu end)
@@ -150,7 +157,8 @@ class _Pass:
         conv = np.flatnonzero(~raw[sel])
         if len(conv):
             s = sel[conv]
-            self.pending.append((len(self.cols["t_ns"].parts), conv, pid[s], dev[s], gs[s], ge[s]))
+            self.pending.append((self.parts, conv, self.n + conv,
+                                 pid[s], dev[s], gs[s], ge[s]))
         k = kind[a][sel] == GpuKind.KERNEL
         value = p["value"][a][sel]
         got = {"t_ns": t, "end_ns": e, "unc_ns": u, "end_unc_ns": eu, "gpu": gpu,
@@ -166,8 +174,12 @@ class _Pass:
                 col = got[f][sel]
             else:
                 col = p[f][a][sel]
-            self.cols[f].add(col)
+            if self.rows is not None:
+                self.rows[f][self.n:self.n + len(sel)] = col
+            else:
+                self.cols[f].add(col)
         self.n += len(sel)
+        self.parts += 1
 
     def place_converted(self, domains, notes):
         """Put the converted rows on MONOTONIC (every CUPTI clock sandwich is known now);
@@ -176,10 +188,10 @@ class _Pass:
             return None
         other = self.others()
         clocks = other[other["kind"] == GpuKind.CLOCK]
-        pid = np.concatenate([x[2] for x in self.pending])
-        dev = np.concatenate([x[3] for x in self.pending])
-        t = _map_converted(np.concatenate([x[4] for x in self.pending]), pid, clocks)
-        e = _map_converted(np.concatenate([x[5] for x in self.pending]), pid, clocks)
+        pid = np.concatenate([x[3] for x in self.pending])
+        dev = np.concatenate([x[4] for x in self.pending])
+        t = _map_converted(np.concatenate([x[5] for x in self.pending]), pid, clocks)
+        e = _map_converted(np.concatenate([x[6] for x in self.pending]), pid, clocks)
         gpu = np.full(len(pid), -1, np.int64)
         ok = t >= 0
         for (p, d), dom in domains.items():
@@ -189,16 +201,17 @@ class _Pass:
                      "timestamps: placed through CUPTI's clock, with no stated bound "
                      "(unc_ns -1)")
         vals = {"t_ns": t, "end_ns": e, "dur_ns": e - t, "gpu": gpu}
-        drop, at, offsets = [], 0, np.cumsum([0] + [len(x) for x in self.cols["t_ns"].parts])
-        for part, pos, *_ in self.pending:
+        at = 0
+        for part, pos, where, *_ in self.pending:
             sl = slice(at, at + len(pos))
             for f, v in vals.items():
-                if f in self.cols:
+                if self.rows is not None and f in ACTIVITY_DTYPE.names:
+                    self.rows[f][where] = v[sl]
+                elif f in self.cols:
                     self.cols[f].patch(part, pos, v[sl])
-            drop.append(offsets[part] + pos[~ok[sl]])
             at += len(pos)
+        drop = np.concatenate([x[2] for x in self.pending])[~ok]
         self.pending = []
-        drop = np.concatenate(drop)
         if not len(drop):
             return None
         keep = np.ones(self.n, dtype=bool)
@@ -232,7 +245,20 @@ def _index(i: np.ndarray) -> np.ndarray:
     return i.astype(np.uint32) if len(i) < 1 << 32 else i
 
 
-def _columns(ps, full: bool, keep) -> dict:
+def _sorted_rows(ps, keep) -> np.ndarray:
+    """The pass's rows (every field), without those ``keep`` leaves out, sorted by time
+    (stable: a tie keeps file order), in place a field at a time (one column's copy at a
+    time instead of the whole table's)."""
+    rows = ps.rows[:ps.n]
+    kept = np.arange(ps.n) if keep is None else np.flatnonzero(keep)
+    idx = kept[np.argsort(rows["t_ns"][kept], kind="stable")]
+    del kept
+    for f in rows.dtype.names:
+        rows[f][:len(idx)] = rows[f][idx]
+    return rows[:len(idx)]
+
+
+def _columns(ps, keep) -> dict:
     """The pass's columns, without the rows ``keep`` leaves out, sorted by time (stable: a
     tie keeps file order), one column at a time."""
     t = ps.cols["t_ns"].array(np.int64)
@@ -246,7 +272,7 @@ def _columns(ps, full: bool, keep) -> dict:
     del t
     for f, c in ps.cols.items():
         if f != "t_ns":
-            a = c.array(ACTIVITY_DTYPE[f] if full else None)
+            a = c.array()
             cols[f] = a[order]
             del a
     return cols
@@ -283,11 +309,12 @@ def _callbacks(tl, api) -> dict:
 
 
 def _join(cols, cb, full: bool, stats, notes) -> dict:
-    """The launching call of every row, by its (pid, corr): the launch_* columns."""
+    """The launching call of every row, by its (pid, corr): the launch_* columns (with
+    ``full``, ``cols`` is the rows: written there, {} returned)."""
     n = len(cols["t_ns"])
     key_a = cb["key"]
-    out = {f: Concat() for f in ("launch_tid", "launch_fn", "launch_src") + (
-        ("launch_t_ns", "launch_end_ns") if full else ("launch_lead_ns",))}
+    out = {} if full else {f: Concat() for f in ("launch_tid", "launch_fn", "launch_src",
+                                                 "launch_lead_ns")}
     has_n = hb_n = 0
     for b in _blocks(n):
         t = cols["t_ns"][b]
@@ -305,14 +332,15 @@ def _join(cols, cb, full: bool, stats, notes) -> dict:
             lt[has], le[has], src[has] = cb["t"][ai], cb["end"][ai], cb["src"][ai]
             has_n += int(has.sum())
             hb_n += int((src == LAUNCH_BPF).sum())
+        if full:
+            for f, v in (("launch_tid", tid), ("launch_fn", fn), ("launch_src", src),
+                         ("launch_t_ns", lt), ("launch_end_ns", le)):
+                cols[f][b] = v
+            continue
         out["launch_tid"].add(tid)
         out["launch_fn"].add(fn)
         out["launch_src"].add(src)
-        if full:
-            out["launch_t_ns"].add(lt)
-            out["launch_end_ns"].add(le)
-        else:
-            out["launch_lead_ns"].add(np.where(src != LAUNCH_NONE, t - lt, 0))
+        out["launch_lead_ns"].add(np.where(src != LAUNCH_NONE, t - lt, 0))
     if len(key_a) and n:
         stats["joined_callback"] = has_n
     stats["joined_bpf"] = hb_n
@@ -320,7 +348,7 @@ def _join(cols, cb, full: bool, stats, notes) -> dict:
         notes.append(f"{has_n - hb_n} launching calls seen by CUPTI had no BPF "
                      "CUDA event around them (an unprobed function, or events lost); their "
                      "launch time is CUPTI's callback stamp")
-    return {f: c.array(ACTIVITY_DTYPE[f] if full else None) for f, c in out.items()}
+    return {f: c.array() for f, c in out.items()}
 
 
 def load(tl, fields=None) -> GpuActivity:
@@ -339,11 +367,12 @@ def load(tl, fields=None) -> GpuActivity:
     models = tl.models
     stored = _stored(fields, full)
     doms = _Domains(reader.rows(Chunk.CLOCK_INFO), models, tl.devices)
-    ps = _Pass(tl, stored, doms).run()
+    ps = _Pass(tl, stored, doms, full=full).run()
     domains = doms.final(ps.pairs, notes)
     if any(used != {domains.get(pair)} for pair, used in ps.used.items()):
         notes.clear()        # a DEVICE record came after activity it names: read again
-        ps = _Pass(tl, stored, doms, fixed=domains).run()
+        ps = None
+        ps = _Pass(tl, stored, doms, fixed=domains, full=full).run()
         domains = doms.final(ps.pairs, notes)
     if ps.unmapped:
         stats["unmapped"] = ps.unmapped
@@ -353,10 +382,16 @@ def load(tl, fields=None) -> GpuActivity:
                      "samples could not be mapped and are left out")
     other = ps.others()
     cb = _callbacks(tl, ps.api)
-    cols = _columns(ps, full, keep)
-    del ps, keep
-    stats["activity"] = int(len(cols["t_ns"]))
-    cols.update(_join(cols, cb, full, stats, notes))
+    if full:
+        cols = _sorted_rows(ps, keep)
+        del ps, keep
+        stats["activity"] = int(len(cols))
+        _join(cols, cb, True, stats, notes)
+    else:
+        cols = _columns(ps, keep)
+        del ps, keep
+        stats["activity"] = int(len(cols["t_ns"]))
+        cols.update(_join(cols, cb, False, stats, notes))
     del cb
     for k, name in KIND_NAMES.items():
         stats[name] = int((cols["kind"] == k).sum())
@@ -367,10 +402,7 @@ def load(tl, fields=None) -> GpuActivity:
     info = other[other["kind"] == GpuKind.INFO]
     stats["processes"] = sorted(set(info["pid"].tolist()))
     if full:
-        table = Table(cols)
-        rows = np.zeros(len(table), dtype=ACTIVITY_DTYPE)
-        for f in ACTIVITY_DTYPE.names:
-            rows[f] = cols.pop(f)
+        rows = cols
     else:
         derived = {f: _DERIVED[f] for f in fields if f in _DERIVED}
         need = set(fields) | {s for s, _ in derived.values()} | (
