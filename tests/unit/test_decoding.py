@@ -123,3 +123,21 @@ def test_a_pass_left_early_spools_nothing_and_the_next_full_one_does(run, chunks
     assert tl.reader.decodes[Chunk.EVENTS] == n
     assert len(first) == len(again) and all(a.tobytes() == b.tobytes()
                                             for a, b in zip(first, again))
+
+
+@pytest.mark.parametrize("command", ["report", "perfetto"])
+def test_a_gpu_activity_run_decodes_each_chunk_once(tmp_path, command):
+    """The join of executions to their launching calls takes the CUDA calls from the
+    Timeline's first pass (Timeline.cuda_calls), not from a pass of its own."""
+    from tests.unit.gpu_runs import make_bulk_gpu_run
+    path = str(tmp_path / "gpu.ca")
+    make_bulk_gpu_run(path, 30_000, chunk=2048, per_call=3)
+    r = RunReader(path)
+    n = {c: len(list(r.chunk_sizes(c))) for c in (Chunk.EVENTS, Chunk.GPU_ACTIVITY)}
+    tl = Timeline.open(path)
+    if command == "report":
+        build_report(tl, str(tmp_path / "rep"))
+    else:
+        export_run(tl, str(tmp_path / "out"), command)
+    assert tl.reader.decodes[Chunk.EVENTS] == n[Chunk.EVENTS] > 10, dict(tl.reader.decodes)
+    assert tl.reader.decodes[Chunk.GPU_ACTIVITY] == n[Chunk.GPU_ACTIVITY]

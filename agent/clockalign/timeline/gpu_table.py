@@ -7,7 +7,7 @@ holds its smallest and largest value (a stream number, a kernel-name id and a du
 in one or two bytes), a time in int64.  Reading a field gives its values; derived fields
 (``end_ns`` from ``t_ns`` + ``dur_ns``) are computed when read.
 
-    t = Table({"t_ns": t, "dur_ns": narrow(d)}, derived={"end_ns": lambda c: ...})
+    t = Table({"t_ns": t, "dur_ns": d}, derived={"end_ns": lambda c: c["t_ns"] + c["dur_ns"]})
     t["end_ns"], t.take("end_ns", idx), t[idx] (a Table of those rows), t[3] (a dict)
     col = Concat(); col.add(part) ...; col.array()     # the narrowest type over all parts
 """
@@ -25,14 +25,6 @@ def fit(lo: int, hi: int) -> np.dtype:
         if info.min <= lo and hi <= info.max:
             return np.dtype(t)
     raise ValueError(f"no integer type holds {lo}..{hi}")
-
-
-def narrow(a: np.ndarray) -> np.ndarray:
-    """``a`` (an integer array) in the narrowest type that holds its values."""
-    if a.dtype.kind not in "iu" or not len(a):
-        return a
-    dt = fit(int(a.min()), int(a.max()))
-    return a if dt == a.dtype else a.astype(dt)
 
 
 class Concat:
@@ -65,9 +57,6 @@ class Concat:
         if want != part.dtype:
             part = self.parts[k] = part.astype(want)
         part[pos] = values
-
-    def __len__(self):
-        return sum(len(p) for p in self.parts)
 
     def array(self, dtype=None) -> np.ndarray:
         """The parts joined (each let go as it is copied); ``dtype``: the type wanted instead
@@ -120,14 +109,6 @@ class Table:
         if name in self.cols:
             return self.cols[name][idx]
         return self.derived[name](_Rows(self.cols, idx))
-
-    def pack(self, dtype: np.dtype) -> np.ndarray:
-        """The rows as one structured array of ``dtype`` (its fields read by name), a field
-        at a time."""
-        out = np.zeros(self.n, dtype=dtype)
-        for f in dtype.names:
-            out[f] = self[f]
-        return out
 
 
 class _Rows:
