@@ -22,6 +22,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -126,7 +127,7 @@ def main():
     doc.setdefault("sets", {})
     doc["sets"][a.label] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python scripts/bench_report_memory.py " + " ".join(sys.argv[1:]),
+        "command": shlex.join(["python", "scripts/bench_report_memory.py"] + sys.argv[1:]),
         "commit": a.commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short",
                                               "HEAD"], capture_output=True,
                                              text=True).stdout.strip() or "unknown",
@@ -149,8 +150,10 @@ def markdown(doc) -> str:
            "each with its CUPTI callback and several executions sharing its correlation id). "
            "Each command runs alone in a fresh process; peak RSS = VmHWM (the mapped run "
            "file included), anonymous = RssAnon sampled every 10 ms; EVENTS chunks decoded = "
-           "RunReader.decodes over the command, against the run's EVENTS chunks (dump "
-           "decodes each once).  The machine is shared: times are as measured, not best-of.",
+           "RunReader.decodes over the command, per EVENTS chunk of the run (on a GPU run dump "
+           "decodes each twice: its own pass, and the Timeline's that gathers the CUDA calls "
+           "the executions are joined to).  The machine is shared: times are as measured, "
+           "not best-of.",
            "", "Regenerate: `python scripts/bench_report_memory.py --label after` (this "
            "tree); a before set on the same run from an older tree: `git archive <commit> "
            "agent | tar -x -C /tmp/base` then `python scripts/bench_report_memory.py --agent "
@@ -163,12 +166,17 @@ def markdown(doc) -> str:
                 f"{r['seconds']:g} s; run file {r['run_mb']} MB, {r['events_chunks']} EVENTS "
                 "chunks.", ""] + ([s["note"], ""] if s.get("note") else []) + [
                 "| command | wall s | peak RSS MB | peak anonymous MB | EVENTS chunks decoded "
-                "(x dump) |", "|---|---:|---:|---:|---:|"]
+                "(per chunk) |", "|---|---:|---:|---:|---:|"]
         for name, f in s["figures"].items():
             k = f["events_chunks_decoded"]
             out.append(f"| {name} | {f['wall_s']:.2f} | {f['peak_rss_mb']:.0f} | "
                        f"{f['peak_anon_mb']:.0f} | {k} ({k / max(r['events_chunks'], 1):.2f}) |")
         out.append("")
+    out += ["Where export's memory goes: its events stream (a batch at a time; the second "
+            "pass reads the first pass's spool), but the GPU executions are held whole "
+            "(ACTIVITY_DTYPE, 139 bytes each) while their tracks and lanes are laid out "
+            "(export/gpu_tracks.py, export/lanes.py): export's peak still grows with the "
+            "number of executions.", ""]
     return "\n".join(out)
 
 
