@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from ..store.schema import GPU_NAME_API, GPU_NAME_KERNEL, GpuKind
-from .core import CALL_DTYPE  # noqa: F401  (the calls' layout, with Timeline.cuda_calls)
+from .folds import CALL_DTYPE  # noqa: F401  (the calls' layout, Timeline.cuda_calls)
 
 # How far CUPTI's raw start/end lie from a kernel's own first/last %globaltimer read
 # (the stamping uncertainty of a raw record), the 99th percentile: H200, CUDA 13.0 CUPTI,
@@ -107,7 +107,8 @@ def _map_converted(t, pid, clocks):
 
 class BpfCalls:
     """The run's CUDA calls (CALL_DTYPE) sorted by thread, then entry (stable), to find the
-    call that launched a CUPTI callback (``find``); ``t`` and ``dur`` in that order (the calls given can be let go)."""
+    call that launched a CUPTI callback (``find``); ``t`` and ``dur`` in that order (the
+    calls given can be let go)."""
 
     NO_END = np.iinfo(np.int64).max       # the end of a call seen at its entry only
 
