@@ -31,18 +31,6 @@ FIELDS = ("kind", "raw", "launch_src", "t_ns", "end_ns", "unc_ns", "pid", "gpu",
           "name", "corr", "aux", "launch_tid", "launch_t_ns", "graph_node")
 
 
-def union_intervals(start, end):
-    """Sorted, merged [start, end) intervals of the given ones (int64 arrays)."""
-    if not len(start):
-        return start, end
-    o = np.argsort(start, kind="stable")
-    s, e = start[o], np.maximum.accumulate(end[o])
-    new = np.r_[True, s[1:] > e[:-1]]
-    idx = np.flatnonzero(new)
-    ends = np.r_[e[idx[1:] - 1], e[-1]]
-    return s[idx], ends
-
-
 def off_cpu_within(t0, t1, s, d):
     """Per window [t0[i], t1[i]]: time covered by the intervals [s, s + d) of one thread
     (non-overlapping, sorted by s)."""
@@ -110,12 +98,15 @@ def _each_stream(rows, streams):
 
 
 def stream_table(rows, streams=None) -> list:
+    """Per stream: executions by kind, span (first start to last end), busy time (the union
+    of its executions: the span less its idle gaps) and idle time, a block of rows at a
+    time."""
     out = []
     for _, (g, p, s), idx in _each_stream(rows, streams):
-        t, e, kind = _take(rows, "t_ns", idx), _take(rows, "end_ns", idx), rows["kind"][idx]
-        us, ue = union_intervals(t, e)
-        span = int(e.max() - t.min())
-        busy = int((ue - us).sum())
+        kind = rows["kind"][idx]
+        last = max(int(_take(rows, "end_ns", idx[b]).max()) for b in _blocks(len(idx)))
+        span = last - int(_take(rows, "t_ns", idx[:1])[0])
+        busy = span - sum(int((g1 - g0).sum()) for g0, g1, _, _ in _stream_gaps(rows, idx))
         out.append({"gpu": g, "pid": p, "stream": s, "executions": int(len(idx)),
                     "kernels": int((kind == GpuKind.KERNEL).sum()),
                     "copies": int((kind == GpuKind.MEMCPY).sum()),

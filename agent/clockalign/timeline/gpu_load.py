@@ -278,11 +278,11 @@ def _columns(ps, keep) -> dict:
     return cols
 
 
-def _callbacks(tl, api) -> dict:
+def _callbacks(api, calls) -> dict:
     """The CUPTI callbacks sorted by (pid, corr) ("key"), each with its launching call:
     the BPF CUDA event of its thread around it (launch_src LAUNCH_BPF, its entry and, where
     its return was probed, its end), else the callback's own stamps (LAUNCH_CUPTI).  Done
-    before the executions are sorted, so the run's CUDA calls are let go first."""
+    before the executions are sorted, so the run's CUDA calls (``calls``) go first."""
     a = {f: c.array() for f, c in api.items()}
     key = (a.pop("pid").astype(np.uint64) << np.uint64(32)) | a.pop("corr").astype(np.uint64)
     order = np.argsort(key, kind="stable")
@@ -291,7 +291,6 @@ def _callbacks(tl, api) -> dict:
     for f in ("tid", "aux", "start", "end"):
         cb[f] = a.pop(f)[order]
     del order
-    calls = BpfCalls(tl.cuda_calls(keep=False))
     n = len(cb["key"])
     lt, le = cb.pop("start").astype(np.int64), cb.pop("end").astype(np.int64)
     src = np.full(n, LAUNCH_CUPTI, np.uint8)
@@ -365,6 +364,9 @@ def load(tl, fields=None) -> GpuActivity:
         return GpuActivity(rows if full else Table({f: rows[f] for f in fields}), names,
                            stats, notes, {})
     models = tl.models
+    # the run's CUDA calls, by thread: taken from the Timeline (its first pass gathered
+    # them) before the activity is read, so its copy is let go first
+    calls = BpfCalls(tl.cuda_calls(keep=False))
     stored = _stored(fields, full)
     doms = _Domains(reader.rows(Chunk.CLOCK_INFO), models, tl.devices)
     ps = _Pass(tl, stored, doms, full=full).run()
@@ -381,7 +383,8 @@ def load(tl, fields=None) -> GpuActivity:
         notes.append(f"{ps.unmapped} GPU activity records of a GPU with no clock "
                      "samples could not be mapped and are left out")
     other = ps.others()
-    cb = _callbacks(tl, ps.api)
+    cb = _callbacks(ps.api, calls)
+    del calls
     if full:
         cols = _sorted_rows(ps, keep)
         del ps, keep
