@@ -1,6 +1,7 @@
 """pip install builds clockalign's C helpers into the package (metadata: pyproject.toml).
 
-A wheel holds agent/clockalign/native/_built/ with the event reader and the ping-pong loop,
+A wheel holds agent/clockalign/native/_built/ with the event reader, the ping-pong loop and the
+Perfetto layout helper,
 compiled by python -m clockalign.native.build (gcc); without a C compiler the install stops
 with one sentence instead of leaving a package that cannot record.  The CUPTI injection
 library depends on the CUPTI of the host that records: `sudo python3 -m

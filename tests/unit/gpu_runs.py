@@ -173,32 +173,37 @@ def make_gpu_run(path, rounds=40, per_round=4, through_wire=True, entry_only=Fal
             "events": ev, "end": t}
 
 
-def make_bulk_gpu_run(path, n: int, chunk: int = 65536, streams: int = 4, seed: int = 5):
+def make_bulk_gpu_run(path, n: int, chunk: int = 65536, streams: int = 4, seed: int = 5,
+                      per_call: int = 1, every_ns: int = 6_000):
     """A run of ``n`` GPU executions (vectorised, for memory and speed benchmarks): one
     thread launches back to back (BPF cuLaunchKernel / cuMemcpyAsync / cuMemsetD8Async
-    events 5 us long, one every 6 us), each with its CUPTI callback and raw activity record
-    (every 10th a copy, every 20th a memset, the rest kernels of 64 names on ``streams``
-    streams), written ``chunk`` records per GPU_ACTIVITY chunk as the recorder does.
-    Returns {"n", "t_end"}."""
+    events 5 us long, one every ``every_ns``), each with its CUPTI callback and raw activity
+    record (every 10th a copy, every 20th a memset, the rest kernels of 64 names on
+    ``streams`` streams), written ``chunk`` records per GPU_ACTIVITY chunk as the recorder
+    does.  With ``per_call`` > 1 each call (a graph launch, say) leads to that many
+    executions, 5 us apart, sharing its correlation id.  Returns {"n", "calls", "t_end"}."""
     rng = np.random.default_rng(seed)
     i = np.arange(n, dtype=np.int64)
-    t = MONO0 + 10_000_000 + i * 6_000
+    ci = i // per_call                       # the call each execution came from
+    m = int(ci[-1]) + 1 if n else 0
+    c = np.arange(m, dtype=np.int64)
+    t = MONO0 + 10_000_000 + c * every_ns
     kind = np.full(n, GpuKind.KERNEL, np.uint16)
     kind[i % 10 == 9] = GpuKind.MEMCPY
     kind[i % 20 == 19] = GpuKind.MEMSET
     fn = np.select([kind == GpuKind.MEMCPY, kind == GpuKind.MEMSET],
                    [CUDA_FN_BY_NAME["cuMemcpyAsync"], CUDA_FN_BY_NAME["cuMemsetD8Async"]],
                    CUDA_FN_BY_NAME["cuLaunchKernel"]).astype(np.uint16)
-    start = t + 8_000
+    start = t[ci] + 8_000 + (i % per_call) * 5_000
     end = start + 1_000 + rng.integers(0, 3_000, n)
-    ev = np.zeros(n, dtype=EVENT_DTYPE)
+    ev = np.zeros(m, dtype=EVENT_DTYPE)
     ev["kind"], ev["ts"], ev["dur"], ev["pid"], ev["tid"], ev["code"] = \
-        Kind.CUDA, t, LAUNCH_NS, PID, TID, fn
-    api = np.zeros(n, dtype=GPU_REC_DTYPE)
-    api["kind"], api["pid"], api["tid"], api["corr"] = GpuKind.API, PID, TID, i + 1
+        Kind.CUDA, t, LAUNCH_NS, PID, TID, fn[c * per_call]
+    api = np.zeros(m, dtype=GPU_REC_DTYPE)
+    api["kind"], api["pid"], api["tid"], api["corr"] = GpuKind.API, PID, TID, c + 1
     api["start"], api["end"], api["aux"] = t + 1_000, t + LAUNCH_NS - 1_000, CB_API
     act = np.zeros(n, dtype=GPU_REC_DTYPE)
-    act["kind"], act["flags"], act["pid"], act["corr"] = kind, 1, PID, i + 1
+    act["kind"], act["flags"], act["pid"], act["corr"] = kind, 1, PID, ci + 1
     act["start"], act["end"] = gpu_time(start), gpu_time(end)
     act["stream"] = 13 + i % streams
     k = kind == GpuKind.KERNEL
@@ -217,15 +222,16 @@ def make_bulk_gpu_run(path, n: int, chunk: int = 65536, streams: int = 4, seed: 
     with RunWriter(path, _meta("bench", "bench.py")) as w:
         _write_head(w, t_end, rng)
         w.write_columns(Chunk.GPU_ACTIVITY, {f: head[f] for f in GPU_REC_DTYPE.names})
-        half = chunk // 2
-        for a in range(0, n, half):          # a chunk: callbacks and the activity they led to
+        half = max(1, chunk // (1 + per_call))
+        for a in range(0, m, half):          # a chunk: callbacks and the activity they led to
             e = ev[a:a + half]
             w.write_columns(Chunk.EVENTS, {f: e[f] for f in EVENT_DTYPE.names})
-            recs = np.concatenate([api[a:a + half], act[a:a + half]])
+            recs = np.concatenate([api[a:a + half],
+                                   act[a * per_call:(a + half) * per_call]])
             w.write_columns(Chunk.GPU_ACTIVITY, {f: recs[f] for f in GPU_REC_DTYPE.names})
         w.write_rows(Chunk.GPU_NAMES, [{"pid": PID, "space": 1, "id": j, "name": f"kernel_{j}"}
                                        for j in range(1, 65)]
                      + [{"pid": PID, "space": 2, "id": CB_API, "name": "cuLaunchKernel"}])
-        w.close({"reason": "bench", "counts": {"cuda": n, "gpu_kernel": int(k.sum())},
+        w.close({"reason": "bench", "counts": {"cuda": m, "gpu_kernel": int(k.sum())},
                  "t_ns": t_end})
-    return {"n": n, "t_end": t_end}
+    return {"n": n, "calls": m, "t_end": t_end}

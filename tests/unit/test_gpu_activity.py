@@ -13,7 +13,7 @@ from clockalign.cli.main import cli
 from clockalign.export import export_run
 from clockalign.report import build_report
 from clockalign.store import cuda_api
-from clockalign.store.schema import GpuKind, Kind
+from clockalign.store.schema import Chunk, GpuKind, Kind
 from clockalign.timeline import Timeline
 from clockalign.timeline.gpu_activity import (CUPTI_STAMP_UNC_NS, LAUNCH_BPF, LAUNCH_CUPTI,
                                               _join_bpf, waiting_syncs)
@@ -221,13 +221,35 @@ def test_report_section_counts_idle_gaps_while_the_launcher_was_off_cpu(run, tmp
 def test_load_in_blocks_gives_the_same_rows(run, monkeypatch):
     """load() maps and joins BLOCK rows at a time (bounded temporaries): blocks of 7 rows
     must give exactly the rows of one block over all."""
-    from clockalign.timeline import gpu_activity as ga
+    from clockalign.timeline import gpu_load
     path, _ = run
     whole = Timeline.open(path).gpu_activity().rows
-    monkeypatch.setattr(ga, "BLOCK", 7)
+    monkeypatch.setattr(gpu_load, "BLOCK", 7)
     small = Timeline.open(path).gpu_activity().rows
     assert len(whole) > 7 * 10 and (whole["launch_src"] == LAUNCH_BPF).any()
     assert whole.tobytes() == small.tobytes()
+
+
+@pytest.mark.parametrize("maker", ["gpu", "bulk-graphs"])
+def test_a_few_fields_as_narrow_columns_are_the_full_rows_fields(run, tmp_path, maker):
+    """load(fields=...) keeps each field in the narrowest integer type (end_ns and
+    launch_t_ns as differences from t_ns): the values are the full rows' own."""
+    from clockalign.timeline.gpu_activity import ACTIVITY_DTYPE
+    if maker == "gpu":
+        path = run[0]
+    else:
+        path = tmp_path / "bulk.ca"
+        g.make_bulk_gpu_run(str(path), 3000, chunk=512, per_call=3, every_ns=20_000)
+    full = Timeline.open(path).gpu_activity().rows
+    fields = [f for f in ACTIVITY_DTYPE.names if f != "launch_end_ns"]
+    tl = Timeline.open(path)
+    part = tl.gpu_activity(fields=fields).rows
+    assert len(part) == len(full) > 0
+    for f in fields:
+        assert (np.asarray(part[f]) == full[f]).all(), f
+    assert part["pid"].itemsize < full["pid"].itemsize
+    assert part.cols["dur_ns"].itemsize < 8 and "end_ns" not in part.cols
+    assert tl.gpu_activity().rows.tobytes() == full.tobytes()     # the whole rows again
 
 
 def test_a_run_without_gpu_activity_has_no_section(tmp_path):
@@ -361,3 +383,47 @@ def test_flows_start_on_launches_seen_at_entry_only(tmp_path):
     s = {e["id"] for e in evs if e.get("ph") == "s" and e.get("cat") == "gpu"}
     f = {e["id"] for e in evs if e.get("ph") == "f" and e.get("cat") == "gpu"}
     assert len(s) == 200 and s == f
+
+
+def _device_records_last(src, dst):
+    """A copy of run ``src`` whose DEVICE records come after all the activity they name."""
+    from clockalign.store.reader import COLUMNAR, RunReader
+    from clockalign.store.schema import Chunk
+    from clockalign.store.writer import RunWriter
+    r = RunReader(src)
+    dev = []
+    with RunWriter(dst, r.meta) as w:
+        for ctype, payload in r.iter_chunks():
+            if ctype == Chunk.TRAILER:
+                continue
+            if ctype not in COLUMNAR:
+                w.write_rows(ctype, payload["rows"])
+                continue
+            cols = r.decode_payload(payload)
+            if ctype == Chunk.GPU_ACTIVITY:
+                m = cols["kind"] == GpuKind.DEVICE
+                dev.append({k: v[m] for k, v in cols.items()})
+                cols = {k: v[~m] for k, v in cols.items()}
+            w.write_columns(ctype, cols)
+        w.write_columns(Chunk.GPU_ACTIVITY, {k: np.concatenate([d[k] for d in dev])
+                                             for k in dev[0]})
+        w.close(r.trailer)
+
+
+def test_a_device_record_after_the_activity_it_names_maps_that_activity(tmp_path,
+                                                                         monkeypatch):
+    """Chunks are mapped as they are read, by the DEVICE records seen so far; one that comes
+    later and names another domain makes load() read the chunks again: the rows are those
+    of the run with the record first."""
+    from clockalign.timeline import gpu_load
+    src, late = tmp_path / "a.ca", tmp_path / "b.ca"
+    g.make_bulk_gpu_run(str(src), 4000, chunk=1024, per_call=2)
+    _device_records_last(str(src), str(late))
+    monkeypatch.setattr(gpu_load._Domains, "guess", lambda self, p, d: None)
+    want = Timeline.open(src).gpu_activity()
+    tl = Timeline.open(late)
+    got = tl.gpu_activity()
+    n = len(list(tl.reader.chunk_sizes(Chunk.GPU_ACTIVITY)))
+    assert tl.reader.decodes[Chunk.GPU_ACTIVITY] == 2 * n        # read twice
+    assert len(got) == len(want) == 4000 and got.rows.tobytes() == want.rows.tobytes()
+    assert got.stats == want.stats and got.notes == want.notes == []

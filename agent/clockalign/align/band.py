@@ -18,8 +18,6 @@ numbers.  The widest-margin line (Huygens, NSDI 2018) maximises G - F.
         low, high = band.bounds(u_new)
 """
 import numpy as np
-from scipy import sparse
-from scipy.optimize import linprog
 
 from .hull import upper_hull
 
@@ -109,6 +107,8 @@ def l1_violators(u, lo, hi, m_max) -> np.ndarray:
     points are posed (a bad sandwich binds, or it would not matter), which keeps the LP
     tiny; dropping them may expose more, so callers peel in rounds.
     """
+    from scipy import sparse                 # here: ~50 MB resident once imported, and
+    from scipy.optimize import linprog       # only a run with outlier sandwiches needs it
     cand = np.union1d(binding(u, lo), binding(u, -hi))
     u, lo, hi = u[cand], lo[cand], hi[cand]
     n = len(u)

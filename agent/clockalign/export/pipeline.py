@@ -78,9 +78,12 @@ def export(tl, writer, progress=None, batch_rows: int = None, select=None) -> di
     ``writer``; returns what was written."""
     import numpy as np
 
+    from ..timeline.spool import spool_dir
     from .clocks import clock_snapshot, gpu_clock_bands
     from .gpu_tracks import LaunchFlows
     from .model import TraceModel
+    # the first pass (thread names, faults) and the rows each read every event: decode once
+    tl.spool(spool_dir(writer.f))
     if select is not None and select.everything:
         select = None
     model = TraceModel(tl, select=select, **({"batch_rows": batch_rows} if batch_rows else {}))

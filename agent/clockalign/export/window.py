@@ -69,6 +69,7 @@ class Selection:
             raise ClockalignError(f"--pid {min(pids)} is not a process id")
         t0 = t1 = None
         if start is not None or end is not None:
+            tl.spool()        # the span needs the first pass: the export reads them again
             lo, hi = tl.start_ns, tl.end_ns
             t0 = None if start is None else parse_time(start, lo, "--from")
             t1 = None if end is None else parse_time(end, lo, "--to")

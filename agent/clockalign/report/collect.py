@@ -13,6 +13,7 @@ from ..export import labels
 from ..store import cuda_api
 from ..store.kinds import ENTRY_KINDS
 from ..store.schema import KIND_NAMES, Kind
+from ..timeline.gpu_table import Concat
 
 _CUDA = ("t", "dur", "tid", "fn", "ret", "pid", "a0", "bytes")
 # per function id: the slot holding the bytes moved, set or allocated (-1: none)
@@ -51,11 +52,19 @@ class Collected:
 
 def _sorted_columns(chunks) -> dict:
     """The chunks' columns joined and sorted by "t" (stable), a column at a time, each
-    chunk's part let go once joined: one column's extra copy at a time, not all of them."""
+    chunk's part let go once joined: one column's extra copy at a time, not all of them.
+    An integer column other than "t" is kept in the narrowest type its values need
+    (timeline/gpu_table.Concat: a tid, a result code, most byte counts fit in 1 to 4)."""
     order = np.argsort(np.concatenate([c["t"] for c in chunks]), kind="stable")
     cols = {}
     for k in list(chunks[0]):
-        cols[k] = np.concatenate([c.pop(k) for c in chunks])[order]
+        if k == "t":
+            cols[k] = np.concatenate([c.pop(k) for c in chunks])[order]
+            continue
+        col = Concat()
+        for c in chunks:
+            col.add(c.pop(k))
+        cols[k] = col.array()[order]
     return cols
 
 

@@ -13,27 +13,22 @@ work was off-CPU (preempted or blocked).
   the thread that launched the work after it, inside [gap start, min(gap end, that launch
   call's entry)]: the GPU waited while that thread was not running.
 
-    sec = gpu_section(tl.gpu_activity(), data.sched)   # None without GPU activity
+    sec = gpu_section(tl.gpu_activity(fields=FIELDS), data.sched)   # None without it
     sec["numbers"], sec["text"], sec["markdown"]
 """
 import numpy as np
 
 from ..store.schema import GpuKind
 from ..timeline.gpu_activity import row_keys
+from ..timeline.gpu_table import Concat, fit
+from ..timeline.gpu_table import Table as GpuTable
 from .analysis import pct
 from .render import Table, fmt_count, fmt_ns, fmt_pct
 
-
-def union_intervals(start, end):
-    """Sorted, merged [start, end) intervals of the given ones (int64 arrays)."""
-    if not len(start):
-        return start, end
-    o = np.argsort(start, kind="stable")
-    s, e = start[o], np.maximum.accumulate(end[o])
-    new = np.r_[True, s[1:] > e[:-1]]
-    idx = np.flatnonzero(new)
-    ends = np.r_[e[idx[1:] - 1], e[-1]]
-    return s[idx], ends
+# The fields of the executions this section reads (Timeline.gpu_activity(fields=...): narrow
+# columns, a fraction of the whole rows' 139 bytes an execution).
+FIELDS = ("kind", "raw", "launch_src", "t_ns", "end_ns", "unc_ns", "pid", "gpu", "stream",
+          "name", "corr", "aux", "launch_tid", "launch_t_ns", "graph_node")
 
 
 def off_cpu_within(t0, t1, s, d):
@@ -52,21 +47,54 @@ def off_cpu_within(t0, t1, s, d):
     return np.maximum(before(t1) - before(t0), 0)
 
 
+# Rows read at a time where a step would otherwise make whole-run temporaries.
+BLOCK = 1 << 18
+
+
+def _blocks(n: int):
+    for a in range(0, n, BLOCK):
+        yield slice(a, min(n, a + BLOCK))
+
+
+def _take(rows, name, idx):
+    """rows[name][idx]; from a Table (Timeline.gpu_activity(fields=...)), a derived field
+    is computed for those rows only."""
+    return rows.take(name, idx) if isinstance(rows, GpuTable) else rows[name][idx]
+
+
+def group_ids(rows, names, idx=None) -> tuple:
+    """(the distinct tuples of the integer fields ``names`` over rows ``idx`` (None: all),
+    sorted as row_keys sorts them; each row's index in them, in the narrowest type), a
+    block of rows at a time: no whole-run temporary but the answer."""
+    n = len(rows) if idx is None else len(idx)
+    seen, parts = {}, Concat()
+    for b in _blocks(n):
+        sel = b if idx is None else idx[b]
+        uniq, inv = row_keys(*(_take(rows, f, sel) for f in names))
+        ids = np.array([seen.setdefault(u, len(seen)) for u in uniq], dtype=np.int64)
+        parts.add(ids[inv])
+    keys = sorted(seen)
+    perm = np.zeros(max(len(keys), 1), dtype=np.int64)
+    for new, key in enumerate(keys):
+        perm[seen[key]] = new
+    ids = parts.array()
+    out = np.empty(len(ids), dtype=fit(0, max(len(keys) - 1, 0)))
+    for b in _blocks(len(ids)):
+        out[b] = perm[ids[b]]
+    return keys, out
+
+
 def stream_order(rows):
-    """The rows by stream: (the distinct (gpu, pid, stream) in order, the row indices
-    grouped by stream and in start order within each (stable: equal starts keep their
-    order), where each stream's group begins and ends).  Index arrays only: no copy of
-    the rows themselves."""
-    uniq, inv = row_keys(rows["gpu"], rows["pid"], rows["stream"])
-    order = np.lexsort((rows["t_ns"], inv))
-    bounds = np.r_[0, np.cumsum(np.bincount(inv, minlength=len(uniq)))]
-    return uniq, order, bounds
+    """The rows by stream: (the distinct (gpu, pid, stream) in order, each row's index in
+    them).  A stream's rows, flatnonzero(lane == j), are in start order (the rows are
+    sorted by t_ns, stable)."""
+    return group_ids(rows, ("gpu", "pid", "stream"))
 
 
 def _each_stream(rows, streams):
-    uniq, order, bounds = streams if streams is not None else stream_order(rows)
+    uniq, lane = streams if streams is not None else stream_order(rows)
     for j, key in enumerate(uniq):
-        yield j, key, order[bounds[j]:bounds[j + 1]]
+        yield j, key, np.flatnonzero(lane == j)
 
 
 def within(t0, t1, windows) -> int:
@@ -78,14 +106,18 @@ def within(t0, t1, windows) -> int:
 
 
 def stream_table(rows, streams=None, windows=None) -> list:
-    """Per stream: executions, busy time, and idle time over its span (first start to last
-    end; with sampled activity, the span's time inside the windows only)."""
+    """Per stream: executions by kind, span (first start to last end; with sampled
+    activity, the part of it inside the windows), busy time (the union of its executions:
+    the first-to-last span less its idle gaps) and idle time (span less busy), a block of
+    rows at a time."""
     out = []
     for _, (g, p, s), idx in _each_stream(rows, streams):
-        t, e, kind = rows["t_ns"][idx], rows["end_ns"][idx], rows["kind"][idx]
-        us, ue = union_intervals(t, e)
-        span = within(int(t.min()), int(e.max()), windows)
-        busy = int((ue - us).sum())
+        kind = rows["kind"][idx]
+        last = max(int(_take(rows, "end_ns", idx[b]).max()) for b in _blocks(len(idx)))
+        first = int(_take(rows, "t_ns", idx[:1])[0])
+        busy = last - first - sum(int((g1 - g0).sum())
+                                  for g0, g1, _, _ in _stream_gaps(rows, idx))
+        span = within(first, last, windows)
         out.append({"gpu": g, "pid": p, "stream": s, "executions": int(len(idx)),
                     "kernels": int((kind == GpuKind.KERNEL).sum()),
                     "copies": int((kind == GpuKind.MEMCPY).sum()),
@@ -95,79 +127,135 @@ def stream_table(rows, streams=None, windows=None) -> list:
     return out
 
 
-def _gaps(rows, streams, windows=None):
-    """Every idle gap of every stream, as columns: stream (index into the distinct
-    streams), start (the reach of the work before), end (the next work's start), the next
-    work's launching tid and launch entry (-1: none).  With sampled activity, a gap that
-    leaves its window is not one (nothing was recorded after the window closed)."""
-    parts = []
-    for j, _, idx in _each_stream(rows, streams):
-        t = rows["t_ns"][idx]
-        reach = np.maximum.accumulate(rows["end_ns"][idx])
+def _stream_gaps(rows, idx, windows=None):
+    """The idle gaps of one stream (``idx``: its rows in start order), a block of rows at a
+    time, as columns: start (the reach of the work before), end (the next work's start),
+    the next work's launching tid and launch entry (-1: none).  With sampled activity
+    (``windows``), a gap that leaves its window is none: nothing was recorded after it
+    closed."""
+    reach_before = None
+    for b in _blocks(len(idx)):
+        i = idx[b] if b.start == 0 else idx[b.start - 1:b.stop]   # with the row before
+        t = _take(rows, "t_ns", i)
+        reach = np.maximum.accumulate(_take(rows, "end_ns", i))
+        if reach_before is not None:
+            reach = np.maximum(reach, reach_before)
+        reach_before = reach[-1]
         gap = np.flatnonzero(t[1:] > reach[:-1])
         if windows is not None and len(gap):
             w = np.searchsorted(windows[:, 0], reach[gap], side="right") - 1
-            ok = (w >= 0) & (t[gap + 1] <= windows[np.maximum(w, 0), 1])
-            gap = gap[ok]
-        nxt = idx[gap + 1]
-        parts.append((np.full(len(gap), j, dtype=np.int64), reach[gap], t[gap + 1],
-                      rows["launch_tid"][nxt].astype(np.int64),
-                      np.where(rows["launch_src"][nxt] != 0,
-                               rows["launch_t_ns"][nxt], -1).astype(np.int64)))
-        del t, reach, gap, nxt
-    if not parts:
-        return [np.zeros(0, dtype=np.int64)] * 5
-    return [np.concatenate(c) for c in zip(*parts)]
+            gap = gap[(w >= 0) & (t[gap + 1] <= windows[np.maximum(w, 0), 1])]
+        nxt = i[gap + 1]
+        yield (reach[gap], t[gap + 1], rows["launch_tid"][nxt].astype(np.int64),
+               np.where(rows["launch_src"][nxt] != 0, _take(rows, "launch_t_ns", nxt),
+                        -1).astype(np.int64))
 
 
-def idle_gaps(rows, sched, streams=None, windows=None) -> dict:
-    """Every idle gap of every stream, charged with its next work's launcher's off-CPU time."""
-    if streams is None:
-        streams = stream_order(rows)
-    sid, g0, g1, tid, launch = _gaps(rows, streams, windows)
-    if not len(sid):
-        return {"gaps": 0, "idle_ns": 0, "with_offcpu": 0, "offcpu_ns": 0, "preempted_ns": 0,
-                "blocked_ns": 0, "top": []}
+class _OffCpu:
+    """A thread's off-CPU intervals (preempted: flag 1, blocked: 0), sorted, from the
+    report's sched columns; each thread's found once."""
+
+    def __init__(self, sched):
+        self.st, self.sd, self.stid, self.spre = (
+            np.asarray(sched.get(k, []), dtype=np.int64) for k in ("t", "dur", "tid", "pre"))
+        self.cache = {}
+
+    def of(self, tid: int, flag: int):
+        got = self.cache.get((tid, flag))
+        if got is None:
+            sel = (self.stid == tid) & (self.spre == flag)
+            o = np.argsort(self.st[sel], kind="stable")
+            got = self.cache[(tid, flag)] = (self.st[sel][o], self.sd[sel][o])
+        return got
+
+
+def _charge(j, at, g0, g1, tid, launch, off_cpu, tot, cand, uniq):
+    """Charge gaps of stream j (its gaps ``at``.. in order) with the off-CPU time of the
+    thread that launched the work after each; add them to the totals ``tot`` and their
+    10 largest to ``cand``."""
+    if not len(g0):
+        return
     w1 = np.where(launch >= 0, np.minimum(g1, launch), g1)
-    pre = np.zeros(len(sid), dtype=np.int64)
-    blk = np.zeros(len(sid), dtype=np.int64)
-    st, sd, stid, spre = (np.asarray(sched.get(k, []), dtype=np.int64) for k in
-                          ("t", "dur", "tid", "pre"))
+    pre = np.zeros(len(g0), dtype=np.int64)
+    blk = np.zeros(len(g0), dtype=np.int64)
     for t in np.unique(tid[launch >= 0]).tolist():
         m = (tid == t) & (launch >= 0)
         for flag, out in ((1, pre), (0, blk)):
-            sel = (stid == t) & (spre == flag)
-            o = np.argsort(st[sel], kind="stable")
-            out[m] = off_cpu_within(g0[m], w1[m], st[sel][o], sd[sel][o])
+            out[m] = off_cpu_within(g0[m], w1[m], *off_cpu.of(t, flag))
     off = pre + blk
-    idx = np.argsort(-off, kind="stable")[:10]
+    idle = g1 - g0
+    tot["gaps"] += int(len(g0))
+    tot["idle_ns"] += int(idle.sum())
+    tot["with_offcpu"] += int((off > 0).sum())
+    tot["offcpu_ns"] += int(off.sum())
+    tot["preempted_ns"] += int(pre.sum())
+    tot["blocked_ns"] += int(blk.sum())
+    tot["idle_in_gaps_with_offcpu_ns"] += int(idle[off > 0].sum())
+    for i in np.argsort(-off, kind="stable")[:10].tolist():
+        cand.append((-int(off[i]), j, at + i, {
+            "gpu": uniq[j][0], "pid": uniq[j][1], "stream": uniq[j][2],
+            "start_ns": int(g0[i]), "idle_ns": int(idle[i]), "tid": int(tid[i]),
+            "preempted_ns": int(pre[i]), "blocked_ns": int(blk[i])}))
+
+
+def idle_gaps(rows, sched, streams=None, windows=None) -> dict:
+    """Every idle gap of every stream, charged with its next work's launcher's off-CPU
+    time; one stream at a time (the gaps of a run can be as many as its executions)."""
+    if streams is None:
+        streams = stream_order(rows)
     uniq = streams[0]
-    top = [{"gpu": uniq[sid[i]][0], "pid": uniq[sid[i]][1], "stream": uniq[sid[i]][2],
-            "start_ns": int(g0[i]), "idle_ns": int(g1[i] - g0[i]), "tid": int(tid[i]),
-            "preempted_ns": int(pre[i]), "blocked_ns": int(blk[i])}
-           for i in idx.tolist() if off[i] > 0]
-    return {"gaps": int(len(sid)), "idle_ns": int((g1 - g0).sum()),
-            "with_offcpu": int((off > 0).sum()), "offcpu_ns": int(off.sum()),
-            "preempted_ns": int(pre.sum()), "blocked_ns": int(blk.sum()),
-            "idle_in_gaps_with_offcpu_ns": int((g1 - g0)[off > 0].sum()), "top": top}
+    off_cpu = _OffCpu(sched)
+    tot = dict.fromkeys(("gaps", "idle_ns", "with_offcpu", "offcpu_ns", "preempted_ns",
+                         "blocked_ns", "idle_in_gaps_with_offcpu_ns"), 0)
+    cand = []        # (-off, stream, gap): the 10 largest of each stream
+    for j, _, idx in _each_stream(rows, streams):
+        at = 0          # gaps of the stream before this block
+        for g0, g1, tid, launch in _stream_gaps(rows, idx, windows):
+            _charge(j, at, g0, g1, tid, launch, off_cpu, tot, cand, uniq)
+            at += len(g0)
+    if not tot["gaps"]:
+        return {"gaps": 0, "idle_ns": 0, "with_offcpu": 0, "offcpu_ns": 0, "preempted_ns": 0,
+                "blocked_ns": 0, "top": []}
+    cand.sort(key=lambda c: c[:3])
+    return {**tot, "top": [c[3] for c in cand[:10] if c[0] < 0]}
 
 
-def kernel_table(acts, rows, k=15) -> list:
-    ki = np.flatnonzero(rows["kind"] == GpuKind.KERNEL)
+def durations(rows, idx) -> np.ndarray:
+    """end_ns - t_ns of rows ``idx``, a block at a time, in the narrowest integer type."""
+    parts = Concat()
+    for b in _blocks(len(idx)):
+        parts.add(_take(rows, "end_ns", idx[b]) - _take(rows, "t_ns", idx[b]))
+    return parts.array()
+
+
+def launch_to_start(rows) -> np.ndarray:
+    """t_ns - launch_t_ns of the raw rows joined to their BPF call, a block at a time."""
+    parts = Concat()
+    for b in _blocks(len(rows)):
+        q = np.flatnonzero((rows["launch_src"][b] == 1) & rows["raw"][b]) + b.start
+        parts.add(_take(rows, "t_ns", q) - _take(rows, "launch_t_ns", q))
+    return parts.array()
+
+
+def kernel_table(acts, rows, k=15, ki=None, dur=None) -> list:
+    """The k kernels (by pid and name) with the most GPU time; ``ki``/``dur``: the kernel
+    rows and their durations, where the caller has them."""
+    if ki is None:
+        ki = np.flatnonzero(rows["kind"] == GpuKind.KERNEL)
+        dur = durations(rows, ki)
     if not len(ki):
         return []
-    dur = rows["end_ns"][ki] - rows["t_ns"][ki]
-    key = (rows["pid"][ki].astype(np.int64) << 32) | rows["name"][ki].astype(np.int64)
-    uniq, inv = np.unique(key, return_inverse=True)
-    del key
-    tot = np.bincount(inv, weights=dur.astype(np.float64))
+    uniq, inv = group_ids(rows, ("pid", "name"), ki)
+    tot = np.zeros(len(uniq), dtype=np.float64)
+    for b in _blocks(len(ki)):
+        tot += np.bincount(inv[b], weights=dur[b].astype(np.float64), minlength=len(uniq))
     out = []
     for j in np.argsort(-tot)[:k].tolist():
         m = inv == j
         d = dur[m]
-        out.append({"kernel": acts.name(rows[ki[np.flatnonzero(m)[0]]]), "count": int(m.sum()),
-                    "total_ns": int(d.sum()), "p50_ns": pct(d, 50), "p99_ns": pct(d, 99),
-                    "max_ns": int(d.max())})
+        out.append({"kernel": acts.name(rows[int(ki[np.flatnonzero(m)[0]])]),
+                    "count": int(m.sum()), "total_ns": int(d.sum()), "p50_ns": pct(d, 50),
+                    "p99_ns": pct(d, 99), "max_ns": int(d.max())})
     return out
 
 
@@ -208,21 +296,20 @@ def gpu_section(acts, sched):
     raw = rows["raw"]
     streams = stream_order(rows)
     nums = {"stats": acts.stats, "streams": stream_table(rows, streams, acts.windows)}
-    kern = rows["kind"] == GpuKind.KERNEL
-    kd = rows["end_ns"][kern] - rows["t_ns"][kern]
-    del kern
+    ki = np.flatnonzero(rows["kind"] == GpuKind.KERNEL)
+    ki = ki.astype(np.uint32) if len(ki) < 1 << 32 else ki
+    kd = durations(rows, ki)
     nums["kernel_duration_ns"] = {"n": int(len(kd)), **{f"p{q}": pct(kd, q)
                                                         for q in (50, 90, 99, 99.9)},
                                   "max": int(kd.max()) if len(kd) else None}
-    q = (rows["launch_src"] == 1) & raw
-    qd = rows["t_ns"][q] - rows["launch_t_ns"][q]
-    del q
+    qd = launch_to_start(rows)
     nums["launch_to_start_ns"] = {"n": int(len(qd)), **{f"p{x}": pct(qd, x)
                                                         for x in (50, 90, 99)},
                                   "max": int(qd.max()) if len(qd) else None,
                                   "negative": int((qd < 0).sum())}
-    del kd, qd
-    nums["kernels"] = kernel_table(acts, rows)
+    del qd
+    nums["kernels"] = kernel_table(acts, rows, ki=ki, dur=kd)
+    del ki, kd
     nums["graphs"] = graph_table(rows)
     gaps = idle_gaps(rows, sched, streams, acts.windows)
     del streams

@@ -23,8 +23,10 @@ from ..store.counter_fields import FIELD_BY_NAME, FIELDS
 from ..store.devices import Devices
 from ..store.reader import RunReader
 from ..store.schema import Chunk, Kind
-from .events import TIMELINE_DTYPE, decode_comm, decode_xid, select, to_timeline
+from .events import TIMELINE_DTYPE, decode_xid, select, to_timeline
 from .fault_events import Collector
+from .folds import CALL_DTYPE, CallsFold, IndexFold  # noqa: F401  (CALL_DTYPE: cuda_calls' layout)
+from .heap import bounded_heap
 
 COUNTER_DTYPE = np.dtype([
     ("gpu", "u1"),
@@ -42,6 +44,7 @@ class Timeline:
     """Query API over one run (see docs/timeline-api.md for the contract)."""
 
     def __init__(self, reader: RunReader, models: dict = None):
+        bounded_heap()
         self.reader = reader
         self.path = reader.path
         self.meta = reader.meta
@@ -52,6 +55,9 @@ class Timeline:
         self._side = {}
         self._faults = None
         self._gpu_events = None
+        self._calls = None
+        self._gpu_activity = (None, None)     # (the fields asked for, GpuActivity)
+        self._spool = None                    # timeline/spool.EventSpool, if asked for
         self._devices = None
         self._fit_error = None
         self._fit_failures = {}
@@ -148,16 +154,63 @@ class Timeline:
         """The rows of a row chunk type (THREADS, CLOCK_INFO, ...), as the reader has them."""
         return self.reader.rows(ctype)
 
+    def spool(self, directory=None) -> bool:
+        """Keep the events of the first full pass decoded in a temporary file in
+        ``directory`` (timeline/spool.py), so that the passes after it read them back
+        instead of decoding every chunk again: for a command that reads the events twice
+        (export).  False where the first pass is over already."""
+        if self._index is not None or self._spool is not None:
+            return self._spool is not None and not self._spool.state == "off"
+        from .spool import EventSpool
+        self._spool = EventSpool(directory, self.reader.count_rows(Chunk.EVENTS))
+        return True
+
+    def _chunks(self):
+        """(i, EVENT_DTYPE) of every EVENTS chunk: from the spool once it is written,
+        else decoded (and spooled, on the pass that writes it)."""
+        sp = self._spool
+        if sp is not None and sp.done:
+            yield from sp.chunks()
+            return
+        writing = sp is not None and sp.begin()
+        complete = False
+        try:
+            for i, ev in enumerate(self.reader.iter_events()):
+                if writing and sp.writing():
+                    sp.add(ev)
+                yield i, ev
+            complete = True
+        finally:
+            if writing:
+                if complete and sp.writing():
+                    sp.finish()
+                else:
+                    sp.abandon()
+
+    def event_chunks(self, want=None):
+        """The events of each EVENTS chunk, read by field name (ev["ts"], ev["ret"]...),
+        skipping chunk i undecoded where ``want(i)`` is False: for a partial pass (the
+        fault chains' second one), from the spool where there is one (EVENT_DTYPE, XID_MSG
+        parts taken out), else decoded (reader.iter_columns: the chunk as it is)."""
+        sp = self._spool
+        if sp is not None and sp.done:
+            for _, ev in sp.chunks(want):
+                yield ev
+            return
+        yield from self.reader.iter_columns(Chunk.EVENTS, want)
+
     def _raw_events(self):
         """Every EVENTS chunk as EVENT_DTYPE (XID_MSG parts taken out), decoded once; the
         whole-run folds still missing ride along and are kept once the pass reaches the
         end (a pass left early keeps nothing)."""
         folds = []
         if self._index is None:
-            folds.append(("_index", _IndexFold(self)))
+            folds.append(("_index", IndexFold(self)))
         if self._fault_data is None:
             folds.append(("_fault_data", Collector()))
-        for ev in self.reader.iter_events():
+        if self._calls is None and Chunk.GPU_ACTIVITY in self.reader.chunk_types():
+            folds.append(("_calls", CallsFold(self.reader)))
+        for _, ev in self._chunks():
             for _, f in folds:
                 f.feed(ev)
             yield ev
@@ -217,6 +270,24 @@ class Timeline:
             else:
                 break
         return name
+
+    def cuda_calls(self, keep: bool = True) -> np.ndarray:
+        """The run's CUDA calls as CALL_DTYPE (t_ns, dur_ns, tid, code; 22 bytes a call), in
+        file order, from the first full pass over the events of a run with GPU activity
+        (what joins an execution to its launching call).  A call seen at its entry only
+        (--cuda-returns blocking) has dur_ns -1: its return is unknown.  ``keep=False``:
+        the Timeline lets them go (the GPU activity join, their one reader, has them)."""
+        if self._calls is None and Chunk.GPU_ACTIVITY in self.reader.chunk_types():
+            self._whole_pass()
+        if self._calls is None or self._calls is False:
+            fold = CallsFold(self.reader)        # a pass of their own
+            for ev in self.reader.iter_events():
+                fold.feed(ev)
+            return fold.result()
+        calls = self._calls
+        if not keep:
+            self._calls = False      # given away: a later ask reads the events again
+        return calls
 
     # ------------------------------------------------------------------ events
     def iter_events(self, kinds=None, window=None, tids=None):
@@ -285,14 +356,19 @@ class Timeline:
         self._gpu_events = out
         return out
 
-    def gpu_activity(self):
+    def gpu_activity(self, fields=None):
         """GPU kernels, copies and memsets (record --gpu-activity) on MONOTONIC with their
-        uncertainty and launching call: timeline/gpu_activity.GpuActivity (cached)."""
-        if getattr(self, "_gpu_activity", None) is None:
+        uncertainty and launching call: timeline/gpu_activity.GpuActivity (cached).
+        ``fields``: only these ACTIVITY_DTYPE fields, as narrow columns (gpu_table.Table):
+        a fraction of the memory of the whole rows, for a reader that needs a few."""
+        key = None if fields is None else tuple(fields)
+        if self._gpu_activity[0] != key or self._gpu_activity[1] is None:
             from .gpu_activity import load
-            self._gpu_activity = load(self)
-            self.notes.extend(n for n in self._gpu_activity.notes if n not in self.notes)
-        return self._gpu_activity
+            self._gpu_activity = (key, None)         # the previous one let go first
+            acts = load(self, fields)
+            self._gpu_activity = (key, acts)
+            self.notes.extend(n for n in acts.notes if n not in self.notes)
+        return self._gpu_activity[1]
 
     # ------------------------------------------------------------------ counters
     def counters(self, gpu=None, fields=None) -> np.ndarray:
@@ -374,60 +450,3 @@ class Timeline:
         if isinstance(kinds, str):
             kinds = [kinds]
         return [f for f in self._faults if f.kind in set(kinds)]
-
-
-class _IndexFold:
-    """The run's span and thread names, fed every events chunk of a pass in file order."""
-
-    NAME_KINDS = np.array([Kind.THREAD_NEW, Kind.THREAD_NAME], dtype=np.uint16)
-
-    def __init__(self, tl):
-        self.tl = tl
-        self.lo, self.hi = None, None
-        self.names = {}   # tid -> [(t, comm)]
-        self.pids = {}
-        for row in tl.rows(Chunk.THREADS):
-            tid = int(row["tid"])
-            self.names.setdefault(tid, []).append((int(row.get("t_ns") or 0), str(row["comm"])))
-            self.pids[tid] = int(row["pid"])
-
-    def _span(self, lo: int, hi: int):
-        self.lo = lo if self.lo is None else min(self.lo, lo)
-        self.hi = hi if self.hi is None else max(self.hi, hi)
-
-    def feed(self, ev):
-        if not len(ev):
-            return
-        ts = ev["ts"].astype(np.int64)
-        end = ts + ev["dur"].astype(np.int64)
-        self._span(int(ts.min()), int(end.max()))
-        names, pids = self.names, self.pids
-        for e in ev[np.isin(ev["kind"], self.NAME_KINDS)]:
-            tid = int(e["tid"])
-            names.setdefault(tid, []).append((int(e["ts"]), decode_comm(e["data"])))
-            pids[tid] = int(e["pid"])
-        for e in ev[ev["kind"] == Kind.THREAD_EXIT]:
-            pids.setdefault(int(e["tid"]), int(e["pid"]))
-            tid = int(e["tid"])
-            if tid not in names:   # a thread seen only as it exited: its comm then
-                names[tid] = [(int(e["ts"]), decode_comm(e["data"]))]
-
-    def result(self) -> dict:
-        tl = self.tl
-        for ctype in (Chunk.CPU_CLOCK, Chunk.GPU_CLOCK):
-            cols = tl.columns(ctype)
-            if "t0" in cols and len(cols["t0"]):
-                self._span(int(cols["t0"].min()), int(cols["t1"].max()))
-        lo, hi = self.lo, self.hi
-        v = (tl.meta.get("clocks") or {}).get("MONOTONIC")   # the recorder's start snapshot
-        if isinstance(v, int) and v > 0:
-            lo = v if lo is None else min(lo, v)
-        if tl.reader.trailer and isinstance(tl.reader.trailer.get("t_ns"), int):
-            t = tl.reader.trailer["t_ns"]
-            hi = t if hi is None else max(hi, t)
-        for tid in self.names:
-            self.names[tid].sort(key=lambda x: x[0])
-        if lo is None:
-            lo = hi if hi is not None else 0
-        return {"start": lo, "end": hi if hi is not None else lo,
-                "names": self.names, "pids": self.pids}

@@ -10,7 +10,7 @@ import errno
 
 import numpy as np
 
-from ..store.schema import Chunk, Kind
+from ..store.schema import Kind
 from .codes import FATAL_SIGNALS
 from .events import to_timeline
 from .fault import SIGNAL_DELIVERED
@@ -183,7 +183,7 @@ def next_successes(tl, cuda, connect, thread_calls=None, spans=None) -> dict:
                 return True
         return False
 
-    for cols in tl.reader.iter_columns(Chunk.EVENTS, None if spans is None else want):
+    for cols in tl.event_chunks(None if spans is None else want):
         ok = cols["ret"] == 0
         for kind, (by_op, by_pid, _, by_thread) in out.items():
             rows = np.flatnonzero(ok & (cols["kind"] == kind))

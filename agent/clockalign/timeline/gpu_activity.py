@@ -23,7 +23,8 @@ import dataclasses
 
 import numpy as np
 
-from ..store.schema import (GPU_FLAG_RAW, GPU_NAME_API, GPU_NAME_KERNEL, Chunk, GpuKind, Kind)
+from ..store.schema import GPU_NAME_API, GPU_NAME_KERNEL, GpuKind
+from .folds import CALL_DTYPE  # noqa: F401  (the calls' layout, Timeline.cuda_calls)
 
 # How far CUPTI's raw start/end lie from a kernel's own first/last %globaltimer read
 # (the stamping uncertainty of a raw record), the 99th percentile: H200, CUDA 13.0 CUPTI,
@@ -82,32 +83,6 @@ def _uuid_text(lo: int, hi: int) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _domains(dev, pairs, clock_info, models, notes, devices=()) -> dict:
-    """(pid, device) -> clock domain name, by UUID (``dev``: the DEVICE records); else the
-    recorder's device of that CUDA ordinal (``devices``, the run's table: the target's
-    ordinals are its own, so this holds only where both saw the same CUDA_VISIBLE_DEVICES,
-    and a note says so), or the only probed GPU.  ``pairs``: the (pid, device) pairs the
-    activity records name."""
-    by_uuid = {str(r.get("uuid")).lower(): r["domain"] for r in clock_info
-               if isinstance(r, dict) and r.get("uuid") and r.get("domain")}
-    out = {}
-    for r in dev:
-        key = (int(r["pid"]), int(r["device"]))
-        if int(r["aux"]):
-            out[key] = by_uuid.get(_uuid_text(r["grid"], r["block"]).lower())
-    gpus = sorted(d for d in models if d.startswith("GPU"))
-    for p, d in sorted(pairs):
-        if out.get((p, d)):
-            continue
-        same = [x.name for x in devices if x.cuda_ordinal == d and x.name in models]
-        guess = same[0] if same else (gpus[0] if len(gpus) == 1 else None)
-        if guess:
-            notes.append(f"process {p}'s CUDA device {d} had no UUID matching a probed GPU; "
-                         f"its activity is mapped through {guess}")
-        out[(p, d)] = guess
-    return out
-
-
 def _map_converted(t, pid, clocks):
     """CUPTI-clock times -> MONOTONIC by the nearest CUPTI clock sandwiches of that pid."""
     out = np.full(len(t), -1, dtype=np.int64)
@@ -131,200 +106,59 @@ def _map_converted(t, pid, clocks):
     return out
 
 
-def _join_api(rows, api, stats):
-    """launch_tid / launch_t_ns from the CUPTI callback records, by (pid, corr)."""
-    if not len(api) or not len(rows):
-        return np.full(len(rows), -1, dtype=np.int64)
-    key_a = (api["pid"].astype(np.uint64) << np.uint64(32)) | api["corr"].astype(np.uint64)
-    order = np.argsort(key_a, kind="stable")
-    key_s = key_a[order]
-    key_r = (rows["pid"].astype(np.uint64) << np.uint64(32)) | rows["corr"].astype(np.uint64)
-    pos = np.minimum(np.searchsorted(key_s, key_r), len(key_s) - 1)
-    hit = key_s[pos] == key_r
-    idx = np.where(hit, order[pos], -1)
-    stats["joined_callback"] = int(hit.sum())
-    return idx
+class BpfCalls:
+    """The run's CUDA calls (CALL_DTYPE) sorted by thread, then entry (stable), to find the
+    call that launched a CUPTI callback (``find``); ``t`` and ``dur`` in that order (the
+    calls given can be let go)."""
+
+    NO_END = np.iinfo(np.int64).max       # the end of a call seen at its entry only
+
+    def __init__(self, cuda):
+        order = np.lexsort((cuda["t_ns"], cuda["tid"]))
+        self.t = cuda["t_ns"][order]
+        self.dur = cuda["dur_ns"][order]
+        tids = cuda["tid"][order]
+        self.order = order.astype(np.uint32) if len(order) < 1 << 32 else order
+        cut = np.r_[0, np.flatnonzero(np.diff(tids)) + 1, len(tids)]
+        self.by_tid = {int(tids[a]): (a, b) for a, b in zip(cut[:-1], cut[1:]) if b > a}
+
+    def find(self, tids, t0, t1, sorted_index=False) -> np.ndarray:
+        """Index of the call of thread tids[i] whose [ts, ts+dur] holds [t0[i], t1[i]]
+        (the latest such entry), or -1: into the calls given, or with ``sorted_index``
+        into ``t``/``dur``.  A call seen at its entry only (dur -1) holds what follows its
+        entry: a thread's calls into the driver are sequential, so the latest entry before
+        a callback is the call it ran in."""
+        out = np.full(len(tids), -1, dtype=np.int64)
+        if not self.by_tid or not len(tids):
+            return out
+        for tid in np.unique(tids).tolist():
+            got = self.by_tid.get(tid)
+            if got is None:
+                continue
+            a, b = got
+            m = np.flatnonzero(tids == tid)
+            j = np.searchsorted(self.t[a:b], t0[m], side="right") - 1
+            ok = j >= 0
+            jj = np.maximum(j, 0) + a
+            d = self.dur[jj]
+            ok &= np.where(d < 0, self.NO_END, self.t[jj] + np.maximum(d, 0)) >= t1[m]
+            out[m[ok]] = jj[ok]
+        if not sorted_index:
+            hit = out >= 0
+            out[hit] = self.order[out[hit]]
+        return out
 
 
 def _join_bpf(tids, t0, t1, cuda):
-    """Index into ``cuda`` of the call of thread tids[i] whose [ts, ts+dur] holds
-    [t0[i], t1[i]] (the latest such entry), or -1.  A call seen at its entry only (dur -1)
-    holds what follows its entry: a thread's calls into the driver are sequential, so the
-    latest entry before a callback is the call it ran in."""
-    out = np.full(len(tids), -1, dtype=np.int64)
-    if not len(cuda) or not len(tids):
-        return out
-    for tid in np.unique(tids).tolist():
-        m = np.flatnonzero(tids == tid)
-        c = np.flatnonzero(cuda["tid"] == tid)
-        if not len(c):
-            continue
-        c = c[np.argsort(cuda["t_ns"][c], kind="stable")]
-        ts = cuda["t_ns"][c]
-        dur = cuda["dur_ns"][c]
-        end = np.where(dur < 0, np.iinfo(np.int64).max, ts + np.maximum(dur, 0))
-        for mb in _blocks(m):
-            j = np.searchsorted(ts, t0[mb], side="right") - 1
-            ok = j >= 0
-            jj = np.maximum(j, 0)
-            ok &= end[jj] >= t1[mb]
-            out[mb[ok]] = c[jj[ok]]
-    return out
+    """BpfCalls(cuda).find(tids, t0, t1)."""
+    return BpfCalls(cuda).find(tids, t0, t1)
 
 
-# Rows mapped or joined at a time: each step's temporaries are a few of these long (the
-# clock model's bounds make about a dozen int64 arrays of its input's length).
-BLOCK = 1 << 18
-
-
-def _blocks(idx):
-    """``idx`` (an index array) in slices of at most BLOCK."""
-    for a in range(0, len(idx), BLOCK):
-        yield idx[a:a + BLOCK]
-
-
-# What load() keeps of a CUPTI callback record (kind API): 32 bytes instead of 80.
-API_DTYPE = np.dtype([("pid", "<u4"), ("corr", "<u4"), ("tid", "<u4"), ("aux", "<u4"),
-                      ("start", "<u8"), ("end", "<u8")])
-_COPIED = ("kind", "pid", "device", "stream", "name", "corr", "grid", "block", "aux", "shmem")
-_OTHER_KINDS = (GpuKind.DEVICE, GpuKind.CLOCK, GpuKind.DROPPED, GpuKind.INFO)
-
-
-def _decode(reader):
-    """The run's GPU records in three sets: activity as ACTIVITY_DTYPE rows (times still
-    unmapped), callbacks as API_DTYPE, and the few others as GPU_REC_DTYPE, read one chunk
-    at a time straight into their arrays.  Those are sized by the chunks' row counts and
-    made with np.zeros, whose pages the kernel maps only when written: the share of them
-    the other kind fills stays untouched, so no full copy of the records is ever held."""
-    from ..store.schema import GPU_REC_DTYPE
-    total = reader.count_rows(Chunk.GPU_ACTIVITY)
-    rows = np.zeros(total, dtype=ACTIVITY_DTYPE)
-    api = np.zeros(total, dtype=API_DTYPE)
-    other, na, nb = [], 0, 0
-    for p in reader.iter_columns(Chunk.GPU_ACTIVITY):
-        kind = p["kind"]
-        a = np.flatnonzero(np.isin(kind, ACTIVITY_KINDS))
-        dst = rows[na:na + len(a)]
-        for f in _COPIED:
-            dst[f] = p[f][a]
-        is_k = kind[a] == GpuKind.KERNEL
-        dst["bytes"] = np.where(is_k, 0, p["value"][a])
-        dst["graph_node"] = np.where(is_k, p["value"][a], 0)
-        dst["gpu_start"], dst["gpu_end"] = p["start"][a], p["end"][a]
-        dst["raw"] = (p["flags"][a] & GPU_FLAG_RAW) != 0
-        na += len(a)
-        c = np.flatnonzero(kind == GpuKind.API)
-        dst = api[nb:nb + len(c)]
-        for f in API_DTYPE.names:
-            dst[f] = p[f][c]
-        nb += len(c)
-        o = np.flatnonzero(np.isin(kind, _OTHER_KINDS))
-        if len(o):
-            rec = np.zeros(len(o), dtype=GPU_REC_DTYPE)
-            for f in GPU_REC_DTYPE.names:
-                rec[f] = p[f][o]
-            other.append(rec)
-        del p
-    other = np.concatenate(other) if other else np.zeros(0, dtype=GPU_REC_DTYPE)
-    return rows[:na], api[:nb], other
-
-
-def _take(rows, idx):
-    """rows[idx] into the first len(idx) rows of ``rows`` itself, a field at a time (one
-    column's copy at a time instead of the whole table's)."""
-    for f in rows.dtype.names:
-        rows[f][:len(idx)] = rows[f][idx]
-    return rows[:len(idx)]
-
-
-def load(tl) -> GpuActivity:
-    """Every GPU activity record of ``tl``'s run, mapped and joined (see module doc)."""
-    reader = tl.reader
-    notes, stats = [], {}
-    names = {(int(r["pid"]), int(r["space"]), int(r["id"])): str(r["name"])
-             for r in reader.rows(Chunk.GPU_NAMES) if isinstance(r, dict)}
-    if Chunk.GPU_ACTIVITY not in reader.chunk_types():
-        return GpuActivity(np.zeros(0, ACTIVITY_DTYPE), names, stats, notes, {})
-    rows, api, other = _decode(reader)
-    models = tl.models
-    pd = np.unique((rows["pid"].astype(np.int64) << 32) | rows["device"].astype(np.int64))
-    domains = _domains(other[other["kind"] == GpuKind.DEVICE],
-                       {(v >> 32, v & 0xFFFFFFFF) for v in pd.tolist()},
-                       reader.rows(Chunk.CLOCK_INFO), models, notes, tl.devices)
-    rows["gpu"] = -1
-    rows["t_ns"] = rows["end_ns"] = -1
-    rows["unc_ns"] = rows["end_unc_ns"] = -1
-    keep = np.zeros(len(rows), dtype=bool)
-    for (pid, dev), dom in domains.items():
-        m = (rows["pid"] == pid) & (rows["device"] == dev) & rows["raw"]
-        if not m.any():
-            continue
-        if dom is None or dom not in models:
-            stats.setdefault("unmapped", 0)
-            stats["unmapped"] += int(m.sum())
-            continue
-        for col, ucol, gcol, stamp in (("t_ns", "unc_ns", "gpu_start", "start"),
-                                       ("end_ns", "end_unc_ns", "gpu_end", "end")):
-            for ii in _blocks(np.flatnonzero(m)):
-                t, u = tl.map(dom, rows[gcol][ii].astype(np.int64), CUPTI_STAMP_UNC_NS[stamp])
-                rows[col][ii], rows[ucol][ii] = t, u
-        rows["gpu"][m] = int(dom[3:]) if dom[3:].isdigit() else -1
-        keep |= m
-    conv = ~rows["raw"]
-    if conv.any():
-        clocks = other[other["kind"] == GpuKind.CLOCK]
-        for col, gcol in (("t_ns", "gpu_start"), ("end_ns", "gpu_end")):
-            rows[col][conv] = _map_converted(rows[gcol][conv], rows["pid"][conv], clocks)
-        ok = conv & (rows["t_ns"] >= 0)
-        for (pid, dev), dom in domains.items():
-            m = ok & (rows["pid"] == pid) & (rows["device"] == dev)
-            rows["gpu"][m] = int(dom[3:]) if dom and dom[3:].isdigit() else int(dev)
-        keep |= ok
-        notes.append(f"{int(conv.sum())} GPU activity records carry CUPTI's converted "
-                     "timestamps: placed through CUPTI's clock, with no stated bound "
-                     "(unc_ns -1)")
-    if stats.get("unmapped"):
-        notes.append(f"{stats['unmapped']} GPU activity records of a GPU with no clock "
-                     "samples could not be mapped and are left out")
-    kept = np.flatnonzero(keep)
-    rows = _take(rows, kept[np.argsort(rows["t_ns"][kept], kind="stable")])
-    del keep, kept
-    # the launching call: CUPTI callback (pid, corr), then the BPF call that holds it
-    stats["activity"] = int(len(rows))
-    ai = _join_api(rows, api, stats)
-    has = ai >= 0
-    ai = ai[has]
-    rows["launch_tid"][has] = api["tid"][ai]
-    rows["launch_fn"][has] = api["aux"][ai]
-    rows["launch_t_ns"] = rows["launch_end_ns"] = -1
-    rows["launch_t_ns"][has] = api["start"][ai].astype(np.int64)
-    rows["launch_end_ns"][has] = api["end"][ai].astype(np.int64)
-    rows["launch_src"] = np.where(has, LAUNCH_CUPTI, LAUNCH_NONE)
-    del ai, api             # the callbacks are used up: let them go before the CUDA calls
-    cuda = cuda_calls(tl)
-    bi = np.full(len(rows), -1, dtype=np.int64)
-    bi[has] = _join_bpf(rows["launch_tid"][has].astype(np.int64), rows["launch_t_ns"][has],
-                        rows["launch_end_ns"][has], cuda)
-    hb = bi >= 0
-    rows["launch_t_ns"][hb] = cuda["t_ns"][bi[hb]]
-    known = np.zeros(len(rows), dtype=bool)          # the return probed: its end
-    known[hb] = cuda["dur_ns"][bi[hb]] >= 0
-    rows["launch_end_ns"][known] = cuda["t_ns"][bi[known]] + cuda["dur_ns"][bi[known]]
-    rows["launch_src"][hb] = LAUNCH_BPF
-    stats["joined_bpf"] = int(hb.sum())
-    if has.any() and len(cuda) and not hb[has].all():
-        notes.append(f"{int(has.sum() - hb.sum())} launching calls seen by CUPTI had no BPF "
-                     "CUDA event around them (an unprobed function, or events lost); their "
-                     "launch time is CUPTI's callback stamp")
-    for k, name in KIND_NAMES.items():
-        stats[name] = int((rows["kind"] == k).sum())
-    dropped = other["kind"] == GpuKind.DROPPED
-    stats["cupti_dropped"] = int(other["value"][dropped].sum())
-    if stats["cupti_dropped"]:
-        notes.append(f"CUPTI dropped {stats['cupti_dropped']} activity records (full buffers)")
-    info = other[other["kind"] == GpuKind.INFO]
-    stats["processes"] = sorted(set(info["pid"].tolist()))
-    return GpuActivity(rows, names, stats, notes, domains, sampled_windows(reader, stats))
+def load(tl, fields=None) -> GpuActivity:
+    """Every GPU activity record of ``tl``'s run, mapped and joined (timeline/gpu_load.py);
+    ``fields``: only these, as columns (gpu_table.Table)."""
+    from .gpu_load import load as _load
+    return _load(tl, fields)
 
 
 def sampled_windows(reader, stats):
@@ -340,23 +174,12 @@ def sampled_windows(reader, stats):
     return w
 
 
-CALL_DTYPE = np.dtype([("t_ns", "<i8"), ("dur_ns", "<i8"), ("tid", "<u4"), ("code", "<u2")])
 
 
 def cuda_calls(tl) -> np.ndarray:
     """The run's CUDA calls, only the fields the join needs (CALL_DTYPE, 22 bytes a call
-    instead of a whole event's 136), filled a chunk at a time into one array sized by the
-    chunks' row counts (np.zeros: the pages left unfilled are never mapped).  A call seen at
-    its entry only (--cuda-returns blocking) has dur_ns -1: its return is unknown."""
-    out = np.zeros(tl.reader.count_rows(Chunk.EVENTS), dtype=CALL_DTYPE)
-    at = 0
-    for ev in tl.iter_events(kinds=[Kind.CUDA, Kind.CUDA_ENTRY]):
-        dst = out[at:at + len(ev)]
-        for f in CALL_DTYPE.names:
-            dst[f] = ev[f]
-        dst["dur_ns"][ev["kind"] == Kind.CUDA_ENTRY] = -1
-        at += len(ev)
-    return out[:at]
+    instead of a whole event's 136): Timeline.cuda_calls()."""
+    return tl.cuda_calls()
 
 
 def waiting_syncs(rows, cuda, sync_fns) -> np.ndarray:

@@ -6,15 +6,14 @@ ends (Ctrl-C, SIGTERM, --duration, the targets' exit).
 
     summary = run_watch(RecordOptions(pids=[1234], output=None), "127.0.0.1:9464")
 """
-import ctypes
 import sys
 
 from ..capture.recorder import Recorder
+from ..timeline.heap import set_mmap_threshold
 from .aggregate import Aggregator
 from .metrics import build_registry, is_loopback, parse_listen, serve
 
 
-M_MMAP_THRESHOLD = -3          # glibc mallopt parameter
 MMAP_THRESHOLD_BYTES = 128 << 10
 
 
@@ -26,10 +25,7 @@ def fix_mmap_threshold() -> bool:
     and the heap keeps its high-water mark: watch's RSS stepped up 7-17 MiB after each such
     spell and stayed there (results/watch.md).  Fixed, every batch is its own mapping and
     goes back to the kernel when freed.  watch only: record keeps the faster heap reuse."""
-    try:
-        return bool(ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-    except (OSError, AttributeError):       # not glibc
-        return False
+    return set_mmap_threshold(MMAP_THRESHOLD_BYTES)
 
 
 def run_watch(opts, listen: str, announce=None) -> dict:
