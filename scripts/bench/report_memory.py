@@ -13,8 +13,8 @@ file left out) RssAnon sampled every 10 ms, time wall-clock; "EVENTS chunks deco
 RunReader.decodes summed over the command's readers, against the run's EVENTS chunks (dump
 decodes each once).  Writes results/report-memory.json (sets by --label) and .md.
 
-    .venv/bin/python scripts/bench_report_memory.py --label after
-    .venv/bin/python scripts/bench_report_memory.py --agent /tmp/base/agent --label before \\
+    .venv/bin/python scripts/bench/report_memory.py --label after
+    .venv/bin/python scripts/bench/report_memory.py --agent /tmp/base/agent --label before \\
         --commit 8fbee30
 """
 import argparse
@@ -29,11 +29,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "agent"))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, HERE)
-from bench_export import CHILD_SAMPLER, cpu_model, mem_total_gb  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, ROOT)                    # tests.unit.gpu_runs: the run generator
+from export import CHILD_SAMPLER, cpu_model, mem_total_gb  # noqa: E402  (scripts/bench/)
 
 _CHILD = CHILD_SAMPLER + r"""
 import json, sys, time
@@ -127,7 +125,7 @@ def main():
     doc.setdefault("sets", {})
     doc["sets"][a.label] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "scripts/bench_report_memory.py"] + sys.argv[1:]),
+        "command": shlex.join(["python", "scripts/bench/report_memory.py"] + sys.argv[1:]),
         "commit": a.commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short",
                                               "HEAD"], capture_output=True,
                                              text=True).stdout.strip() or "unknown",
@@ -143,7 +141,7 @@ def main():
 def markdown(doc) -> str:
     m = doc["machine"]
     out = ["# report and export on an H200-size GPU run: peak memory, time, decoding", "",
-           f"Made by `scripts/bench_report_memory.py` on {m['cpu']} ({m['nproc']} CPUs, "
+           f"Made by `scripts/bench/report_memory.py` on {m['cpu']} ({m['nproc']} CPUs, "
            f"{m['mem_gb']} GB), Python {m['python']}, {m['platform']}.", "",
            "How it was made: a synthetic --gpu-activity run the size of issue 26's H200 "
            "recording (tests/unit/gpu_runs.make_bulk_gpu_run: one thread's launching calls, "
@@ -154,9 +152,9 @@ def markdown(doc) -> str:
            "decodes each twice: its own pass, and the Timeline's that gathers the CUDA calls "
            "the executions are joined to).  The machine is shared: times are as measured, "
            "not best-of.",
-           "", "Regenerate: `python scripts/bench_report_memory.py --label after` (this "
+           "", "Regenerate: `python scripts/bench/report_memory.py --label after` (this "
            "tree); a before set on the same run from an older tree: `git archive <commit> "
-           "agent | tar -x -C /tmp/base` then `python scripts/bench_report_memory.py --agent "
+           "agent | tar -x -C /tmp/base` then `python scripts/bench/report_memory.py --agent "
            "/tmp/base/agent --commit <commit> --label before`.", ""]
     for label, s in doc["sets"].items():
         r = s["run"]
