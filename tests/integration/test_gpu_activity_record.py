@@ -332,16 +332,21 @@ time.sleep(30)
 """
 
 
-def test_kernels_launched_after_the_attach_are_joined_to_their_bpf_launch(fake_install,
-                                                                          tmp_path):
+def _launching_target(tmp_path, fake_install, script, *args):
+    """``script`` run with LAUNCHING_LIBCUDA (built here) and the stand-in libcupti."""
     d = tmp_path / "cuda"
     d.mkdir()
     (d / "libcuda.c").write_text(LAUNCHING_LIBCUDA)
     subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(d / "libcuda.c"),
                     "-o", str(d / "libcuda.so.1")], check=True)
-    target = subprocess.Popen([sys.executable, "-c", JOIN_TARGET, str(d / "libcuda.so.1"),
-                               str(fake_install / "lib" / "libcupti.so")],
-                              stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-c", script, str(d / "libcuda.so.1"),
+                             str(fake_install / "lib" / "libcupti.so"), *args],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def test_kernels_launched_after_the_attach_are_joined_to_their_bpf_launch(fake_install,
+                                                                          tmp_path):
+    target = _launching_target(tmp_path, fake_install, JOIN_TARGET)
     out = tmp_path / "j.ca"
     env = dict(os.environ, CLOCKALIGN_CUPTI=str(fake_install))
     rec = None
@@ -397,14 +402,7 @@ def test_sampled_activity_attaches_for_windows_and_says_so(fake_install, tmp_pat
     every two in the running process; every window is in the trailer, the target saw as
     many subscriptions, the kernels of each window reached the run (a launch racing a
     detach's disable may be lost: at most one a window), info and report say SAMPLED."""
-    d = tmp_path / "cuda"
-    d.mkdir()
-    (d / "libcuda.c").write_text(LAUNCHING_LIBCUDA)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(d / "libcuda.c"),
-                    "-o", str(d / "libcuda.so.1")], check=True)
-    target = subprocess.Popen([sys.executable, "-c", SAMPLED_TARGET, str(d / "libcuda.so.1"),
-                               str(fake_install / "lib" / "libcupti.so"), "12"],
-                              stdout=subprocess.PIPE, text=True)
+    target = _launching_target(tmp_path, fake_install, SAMPLED_TARGET, "12")
     out = tmp_path / "s.ca"
     env = dict(os.environ, CLOCKALIGN_CUPTI=str(fake_install))
     rec = None

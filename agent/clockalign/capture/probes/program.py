@@ -354,11 +354,12 @@ class Probes(ProbeMaps):
             sym = f.symbol
             if f.id not in skip:
                 try:
-                    self._bpf.attach_uretprobe(name=lib, sym=sym, fn_name=f"return_{sym}")
+                    self._bpf.attach_uretprobe(name=lib, sym=sym.encode(),
+                                               fn_name=f"return_{sym}")
                 except Exception as e:
                     raise ClockalignError(f"could not attach the return probe of {sym} in "
                                           f"{lib} ({e})") from None
-            self._bpf.attach_uprobe(name=lib, sym=sym, fn_name=f"enter_{sym}")
+            self._bpf.attach_uprobe(name=lib, sym=sym.encode(), fn_name=f"enter_{sym}")
 
     def close(self):
         if self._drops_mm is not None:
