@@ -80,7 +80,7 @@ def export(tl, writer, progress=None, batch_rows: int = None, select=None) -> di
 
     from ..timeline.spool import spool_dir
     from .clocks import clock_snapshot, gpu_clock_bands
-    from .gpu_tracks import LaunchFlows
+    from .gpu_tracks import EXPORT_FIELDS, LaunchFlows
     from .model import TraceModel
     # the first pass (thread names, faults) and the rows each read every event: decode once
     tl.spool(spool_dir(writer.f))
@@ -89,7 +89,7 @@ def export(tl, writer, progress=None, batch_rows: int = None, select=None) -> di
     model = TraceModel(tl, select=select, **({"batch_rows": batch_rows} if batch_rows else {}))
     faults = tl.faults() if select is None else select.faults(tl.faults())
     model.set_chains(faults)
-    acts = tl.gpu_activity()
+    acts = tl.gpu_activity(fields=EXPORT_FIELDS)       # narrow columns (gpu_tracks.py)
     if select is not None and len(acts):
         acts = select.gpu_activity(acts)
     if len(acts):
