@@ -20,10 +20,10 @@ among them) may draw no flow from it; the Perfetto export puts the flow on the i
 import numpy as np
 
 from ..store.schema import GpuKind, unpack_dims
-from ..timeline.gpu_activity import KIND_NAMES, LAUNCH_BPF, LAUNCH_NONE, activity_names
+from ..timeline.gpu_activity import LAUNCH_BPF, LAUNCH_NONE
 from . import jsontext as jt
 from .jsonrows import SEP, Row, Texts, gather, interleave, js
-from .gpu_tracks import batches, layout, take, take_rows
+from .gpu_tracks import activity_names, batches, layout, take, take_rows
 from .rows import BATCH_ROWS
 
 JSON_FLOW_BASE = 1 << 40

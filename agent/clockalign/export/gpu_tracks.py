@@ -22,7 +22,8 @@ import dataclasses
 import numpy as np
 
 from ..store.schema import GpuKind, Kind, unpack_dims
-from ..timeline.gpu_activity import ACTIVITY_DTYPE, activity_names, row_keys
+from ..report.gpu_activity import group_ids
+from ..timeline.gpu_activity import ACTIVITY_DTYPE
 from ..timeline.gpu_table import Table
 from .rows import BATCH_ROWS, CAT, SLOTS, V_INT, V_STR, V_UINT, Batch, Slots
 
@@ -52,6 +53,22 @@ def take_rows(r, idx) -> np.ndarray:
         if f in ACTIVITY_DTYPE.names:
             out[f] = r.take(f, idx)
     return out
+
+
+def keyed(r, **derived) -> Table:
+    """GPU activity ``r`` (rows or a Table) as a Table with ``derived`` fields ({name:
+    fn(columns) -> array}) too: what group_ids reads a block at a time."""
+    if isinstance(r, Table):
+        return Table(r.cols, {**r.derived, **derived})
+    return Table({f: r[f] for f in r.dtype.names}, derived)
+
+
+def activity_names(acts, r) -> tuple:
+    """(names, index per row), as timeline/gpu_activity.activity_names gives them (the
+    distinct (kind, pid, name, copy kind) in order), found a block of rows at a time."""
+    keys, ix = group_ids(keyed(r, copy=lambda c: c["aux"] & 0xFF),
+                         ("kind", "pid", "name", "copy"))
+    return [acts.name({"kind": k, "pid": p, "name": n, "aux": a}) for k, p, n, a in keys], ix
 
 
 def _index(i: np.ndarray) -> np.ndarray:
@@ -127,9 +144,8 @@ def layout(model, r) -> tuple:
     the tracks in the order of their idx: the lanes are those, and made in the order, that
     one call over all rows would give (Lanes keeps each track's last ends between calls)."""
     tr = model.tracks
-    gpu = np.where(r["gpu"] >= 0, r["gpu"], r["device"]).astype(np.int64)
-    uniq, inv = row_keys(gpu, r["pid"], r["stream"])
-    del gpu
+    uniq, inv = group_ids(keyed(r, on=lambda c: np.where(c["gpu"] >= 0, c["gpu"], c["device"])),
+                          ("on", "pid", "stream"))
     lut = np.array([tr.gpu_stream(g, p, s).idx for g, p, s in uniq], dtype=np.int32)
     base = lut[inv]
     del inv
