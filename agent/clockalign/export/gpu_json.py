@@ -24,6 +24,7 @@ from ..timeline.gpu_activity import LAUNCH_BPF, LAUNCH_NONE
 from . import jsontext as jt
 from .jsonrows import SEP, Row, Texts, gather, interleave, js
 from .gpu_tracks import activity_names, batches, layout, take, take_rows
+from .pipeline import in_order
 from .rows import BATCH_ROWS
 
 JSON_FLOW_BASE = 1 << 40
@@ -169,7 +170,8 @@ def write_gpu_json(w, acts, flows=None, batch_rows: int = BATCH_ROWS) -> int:
     texts.extend([js(s) for s in names] + [js(acts.launch_function(
         {"pid": k >> 32, "launch_fn": k & 0xFFFFFFFF})) for k in fu.tolist()])
     matched = flows.matched if flows is not None else np.zeros(len(r), dtype=bool)
-    for rows in batches(len(r), order, batch_rows):
+
+    def text(rows):          # on a worker thread: reads only what is made above
         e = take_rows(r, rows)
         start = e["t_ns"].copy()
         end = np.maximum(e["end_ns"], start)
@@ -184,8 +186,12 @@ def write_gpu_json(w, acts, flows=None, batch_rows: int = BATCH_ROWS) -> int:
         parts = [(at, _shape_text(e[at], start[at], end[at], tr[at], texts, ni[at], fi[at],
                                   tracks))
                  for at in (np.flatnonzero(inv == j) for j in range(len(uniq)))]
-        w.raw(interleave(len(rows), parts), len(rows))
         m = np.flatnonzero(matched[rows])
-        if len(m):
-            w.raw(_flow_ends(rows[m], start[m], tr[m], tracks), len(m))
+        return (interleave(len(rows), parts), len(rows),
+                _flow_ends(rows[m], start[m], tr[m], tracks) if len(m) else b"", len(m))
+
+    for blob, n, ends, m in in_order(text, batches(len(r), order, batch_rows)):
+        w.raw(blob, n)
+        if m:
+            w.raw(ends, m)
     return len(r)

@@ -10,7 +10,7 @@ LaunchFlows(acts)), their ends on the GPU slices here, after.
 
     model.gpu_flows = LaunchFlows(acts)
     ... stream(model, writer) ...
-    write_gpu_activity(writer, acts)
+    write_gpu_activity(writer, acts, flows)
 
 The executions are read as narrow columns (Timeline.gpu_activity(fields=EXPORT_FIELDS):
 gpu_table.Table, a fraction of the whole rows' 139 bytes) and widened to ACTIVITY_DTYPE a
@@ -189,12 +189,17 @@ def batches(n: int, order, batch_rows: int):
 
 def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BATCH_ROWS) -> int:
     """The GPU slices of ``acts`` on their stream tracks, through the writer's bulk path
-    (PerfettoWriter.write_batch: prepare and encode, as the BPF events); returns how many
-    were written."""
+    (pipeline.stream: prepare here, encode on other threads, as the BPF events); returns
+    how many were written."""
+    from .pipeline import stream
+    if len(acts.rows):
+        stream(gpu_batches(w.model, acts, flows, batch_rows), w)
+    return len(acts.rows)
+
+
+def gpu_batches(model, acts, flows: LaunchFlows = None, batch_rows: int = BATCH_ROWS):
+    """The GpuBatch of each ``batch_rows`` GPU slices of ``acts``, in start order."""
     r = acts.rows
-    if not len(r):
-        return 0
-    model = w.model
     order, track = layout(model, r)
     texts, ni = activity_names(acts, r)
     sid = model.strings.ids_of(texts)
@@ -234,5 +239,4 @@ def write_gpu_activity(w, acts, flows: LaunchFlows = None, batch_rows: int = BAT
                      cat=np.full(n, CAT["gpu"], dtype=np.int64), name=sid[ni[rows]], slots=sl,
                      kind=e["kind"].astype(np.int64), tid=e["launch_tid"].copy(), flows={},
                      end_flows=ends)
-        w.write_batch(b)
-    return len(r)
+        yield b

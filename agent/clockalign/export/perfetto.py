@@ -232,13 +232,6 @@ class PerfettoWriter:
         seq, prev = ctx
         return batch_packets(b, seq, prev, self.compress)
 
-    def write_batch(self, b):
-        """A batch outside the streaming pipeline (gpu_tracks.py): prepare, encode, write."""
-        blob = self.encode(b, self.prepare(b))
-        self.f.write(blob)
-        self.bytes += len(blob)
-        self.count(b)
-
     # --- counters
     def counters(self, cnt):
         """Every GPU's counter samples, one GPU after another, each in time order."""
