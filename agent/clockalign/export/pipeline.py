@@ -106,8 +106,10 @@ def export(tl, writer, progress=None, batch_rows: int = None, select=None) -> di
 
     from ..timeline.spool import spool_dir
     from .clocks import clock_snapshot, gpu_clock_bands
+    from .heap import tune_heap
     from .gpu_tracks import EXPORT_FIELDS, LaunchFlows
     from .model import TraceModel
+    tune_heap()          # batch arrays reused, not mapped afresh each time (heap.py)
     # the first pass (thread names, faults) and the rows each read every event: decode once
     tl.spool(spool_dir(writer.f))
     if select is not None and select.everything:
