@@ -24,6 +24,7 @@ import numpy as np
 from ..store.schema import GpuKind, Kind, unpack_dims
 from ..report.gpu_activity import group_ids
 from ..timeline.gpu_activity import ACTIVITY_DTYPE
+from ..timeline.gpu_load import narrow_index
 from ..timeline.gpu_table import Table
 from .rows import BATCH_ROWS, CAT, SLOTS, V_INT, V_STR, V_UINT, Batch, Slots
 
@@ -71,11 +72,6 @@ def activity_names(acts, r) -> tuple:
     return [acts.name({"kind": k, "pid": p, "name": n, "aux": a}) for k, p, n, a in keys], ix
 
 
-def _index(i: np.ndarray) -> np.ndarray:
-    """An index array as uint32 where it fits (half numpy's int64)."""
-    return i.astype(np.uint32) if len(i) < 1 << 32 else i
-
-
 def flow_ids(rows) -> np.ndarray:
     """The flow id (uint64) of each GPU activity row index of ``rows``; its low 48 bits
     are the row + 1."""
@@ -92,7 +88,7 @@ class LaunchFlows:
         ts = np.asarray(take(r, "launch_t_ns", keep), dtype=np.int64)
         tid = take(r, "launch_tid", keep)
         o = np.lexsort((tid, ts))
-        self.ts, self.tid, self.row = ts[o], tid[o], _index(keep[o])
+        self.ts, self.tid, self.row = ts[o], tid[o], narrow_index(keep[o])
         del ts, tid, keep, o
         self.matched = np.zeros(len(r), dtype=bool)
 
@@ -152,9 +148,9 @@ def layout(model, r) -> tuple:
     start = np.asarray(r["t_ns"], dtype=np.int64)
     order = None
     if len(start) > 1 and (start[1:] < start[:-1]).any():
-        order = _index(np.argsort(start, kind="stable"))
+        order = narrow_index(np.argsort(start, kind="stable"))
     by_base = np.argsort(base if order is None else base[order], kind="stable")
-    seq = _index(by_base if order is None else order[by_base])   # by (track, start)
+    seq = narrow_index(by_base if order is None else order[by_base])   # by (track, start)
     del by_base
     track = base.copy()
     cut = np.flatnonzero(np.diff(base[seq])) + 1

@@ -10,7 +10,11 @@ much) keeps those pages: the same memory, mapped once (that run's Perfetto expor
 4.0 s, peak RSS 229 -> 263 MB; what is held is bounded by these settings, not by the
 run's size).
 
-    tune_heap()        # once per process, before the work; a no-op off glibc
+export() applies them once the GPU executions are loaded, before the batches stream:
+reading those makes long-lived columns between short-lived temporaries, which kept in the
+heap stay fragmented (a 5 M-execution run's peak went from 570 to 800 MB).
+
+    tune_heap()        # once per process, before the batches; a no-op off glibc
 """
 import ctypes
 import ctypes.util

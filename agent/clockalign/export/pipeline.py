@@ -109,7 +109,6 @@ def export(tl, writer, progress=None, batch_rows: int = None, select=None) -> di
     from .heap import tune_heap
     from .gpu_tracks import EXPORT_FIELDS, LaunchFlows
     from .model import TraceModel
-    tune_heap()          # batch arrays reused, not mapped afresh each time (heap.py)
     # the first pass (thread names, faults) and the rows each read every event: decode once
     tl.spool(spool_dir(writer.f))
     if select is not None and select.everything:
@@ -122,6 +121,7 @@ def export(tl, writer, progress=None, batch_rows: int = None, select=None) -> di
         acts = select.gpu_activity(acts)
     if len(acts):
         model.gpu_flows = LaunchFlows(acts)
+    tune_heap()          # from here, batch arrays reused, not mapped afresh (heap.py)
     snap = clock_snapshot(tl)
     writer.begin(model, tl, snap)
     stream(model.batches(), writer, progress)

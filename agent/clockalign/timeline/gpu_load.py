@@ -244,7 +244,7 @@ def _stored(fields, full: bool) -> tuple:
     return tuple(out)
 
 
-def _index(i: np.ndarray) -> np.ndarray:
+def narrow_index(i: np.ndarray) -> np.ndarray:
     """An index array as uint32 where it fits (half the memory of numpy's int64)."""
     return i.astype(np.uint32) if len(i) < 1 << 32 else i
 
@@ -268,10 +268,10 @@ def _columns(ps, keep) -> dict:
     t = ps.cols["t_ns"].array(np.int64)
     if keep is not None:
         t = t[keep]
-    order = _index(np.argsort(t, kind="stable"))
+    order = narrow_index(np.argsort(t, kind="stable"))
     t.sort(kind="stable")                 # t[order], in place
     if keep is not None:
-        order = _index(np.flatnonzero(keep))[order]
+        order = narrow_index(np.flatnonzero(keep))[order]
     cols = {"t_ns": t}
     del t
     for f, c in ps.cols.items():
