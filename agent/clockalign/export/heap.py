@@ -2,17 +2,16 @@
 
 Every batch makes and frees dozens of numpy arrays of 64 k rows (0.5 MB each, and more).
 With glibc's defaults each is a fresh mmap (or the heap top is trimmed and grown again), so
-the kernel zeroes and maps its pages anew on every batch: on the 2-core VM that was about
-as much system time as the export's own work (4 s of 8.5 s on a 2 M-event GPU run).
-Serving up to 32 MB from the heap, growing it 16 MB at a time, trimming it only past 64 MB
-free, and one arena for all threads (the encoder threads' arenas would each hold that
-much) keeps those pages: the same memory, mapped once (that run's Perfetto export: 8.5 ->
-4.0 s, peak RSS 229 -> 263 MB; what is held is bounded by these settings, not by the
-run's size).
+the kernel zeroes and maps its pages anew on every batch: on the 2-core VM about as much
+system time as the export's own work.  Serving up to 32 MB from the heap, growing it 16 MB
+at a time, trimming it only past 64 MB free, and one arena for all threads (the encoder
+threads' arenas would each hold that much) keeps those pages: the same memory, mapped once.
+What is held is bounded by these settings, not by the run's size (results/export-bench.md
+measures the export with them).
 
 export() applies them once the GPU executions are loaded, before the batches stream:
 reading those makes long-lived columns between short-lived temporaries, which kept in the
-heap stay fragmented (a 5 M-execution run's peak went from 570 to 800 MB).
+heap stay fragmented (a 5 M-execution run's peak grew by about 40 %).
 
     tune_heap()        # once per process, before the batches; a no-op off glibc
 """
