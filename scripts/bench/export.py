@@ -222,7 +222,10 @@ def main():
                 "from_events": s_["events"], "to_events": b_["events"],
                 "peak_rss": b["peak_rss_mb"] / s["peak_rss_mb"],
                 "peak_anon": b["peak_anon_mb"] / s["peak_anon_mb"],
-                "peak_file": b["peak_file_mb"] / s["peak_file_mb"]}
+                "peak_file": b["peak_file_mb"] / s["peak_file_mb"],
+                # anonymous bytes the export holds per event more (the slope between sizes)
+                "anon_bytes_per_added_event": (b["peak_anon_mb"] - s["peak_anon_mb"]) * 2 ** 20
+                / (b_["events"] - s_["events"])}
     doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "command": "python scripts/bench/export.py " + " ".join(sys.argv[1:]),
            "total_s": time.perf_counter() - t0,
@@ -301,30 +304,40 @@ def render_md(doc) -> str:
         lines.append(f"{fmt} (shape, format), {g['from_events']:,} -> {g['to_events']:,} events "
                      f"(x{g['to_events'] / g['from_events']:.1f}): peak RSS x{g['peak_rss']:.2f}, "
                      f"peak anonymous RSS x{g['peak_anon']:.2f}, peak file-backed RSS "
-                     f"x{g['peak_file']:.2f}.")
+                     f"x{g['peak_file']:.2f}; "
+                     f"{g.get('anon_bytes_per_added_event', 0):.0f} anonymous bytes per "
+                     "added event.")
     lines += ["",
-              "Perfetto traces are made small with what the format offers (export/perfetto.py): "
-              "interned names, categories and annotation names, a default track per sequence "
-              "(TrackEventDefaults), timestamps as deltas on an incremental sequence clock, "
-              "varints in their fewest bytes, and the event packets deflated in 256 KB "
-              "compressed_packets bundles (zlib level 1).  tests/unit/test_perfetto_content.py "
-              "checks that the decoded content equals the previous writer's.",
+              "Perfetto traces are made small with what the format offers "
+              "(export/perfetto_packets.py): interned names, categories and annotation names, "
+              "a default track per sequence (TrackEventDefaults), timestamps as deltas on an "
+              "incremental sequence clock, varints in their fewest bytes, and the event packets "
+              "deflated in 256 KB compressed_packets bundles (zlib level 1).  "
+              "tests/unit/test_perfetto_content.py checks that the decoded content equals the "
+              "previous writer's.",
               "",
               "Notes: peak RSS is VmHWM of the export process (not ru_maxrss, which Linux "
               "seeds with the parent's peak).  It is about anonymous + file-backed: the "
               "file-backed part is the shared libraries plus the run file, which the reader "
               "maps and gives back chunk by chunk once decoded (madvise DONTNEED), so it grows "
-              "far slower than the file; what still grows is pages read outside that path "
-              "(not yet tracked down).  The export's own memory "
-              "is the anonymous RSS: a few batches in flight, the fault "
-              "list (failing calls only; successful calls are streamed twice, not kept), "
-              "tracks and interned strings.  A --gpu-activity run is the exception: its GPU "
-              "executions are loaded whole (Timeline.gpu_activity joins them to their launch "
-              "calls before the export lays them out), so the gpu shape's memory grows with "
-              "its executions, about 300 bytes each.  The exporter encodes on worker threads (numpy "
-              "releases the GIL) while the main thread reads and builds the next batch, so "
-              "both cores work.  Each trace is written to a new file (a file renamed over an "
-              "existing one makes ext4 flush it, which is not the exporter's cost).", ""]
+              "far slower than the file.  The export's own memory is the anonymous RSS: a few "
+              "batches in flight, the fault list (failing calls only; successful calls are "
+              "streamed twice, not kept), tracks and interned strings, and up to 64 MB of freed "
+              "heap that glibc keeps for the next batches (export/heap.py: without it the "
+              "kernel maps and zeroes every batch's arrays afresh, as much system time as the "
+              "export's own work).  A --gpu-activity run's GPU executions are not streamed: "
+              "Timeline.gpu_activity sorts them by time and joins them to their launch calls "
+              "before the export lays them out on tracks, so the gpu shape's memory still grows "
+              "with its executions; the export reads them as narrow columns "
+              "(Timeline.gpu_activity(fields=gpu_tracks.EXPORT_FIELDS), each field in the "
+              "fewest bytes its values need, widened a batch at a time), so what grows is the "
+              "per-added-event figure above, the peak being in reading and sorting them "
+              "(timeline/gpu_load.py).  The exporter encodes on worker threads (numpy "
+              "releases the GIL), the GPU executions too, while the main thread reads and builds "
+              "the next batch, so both cores work; the VM is shared with other work (load "
+              "average above), so events/s varies by tens of percent from run to run.  Each "
+              "trace is written to a new file (a file renamed over an existing one makes ext4 "
+              "flush it, which is not the exporter's cost).", ""]
     return "\n".join(lines)
 
 

@@ -613,7 +613,7 @@ def test_launch_flows_of_one_row_in_columns_or_table():
     """A row that starts several GPU flows (a graph launch) gets each of them, whether
     they fit the per-flow columns or spill into the per-row table."""
     from types import SimpleNamespace
-    from clockalign.export.perfetto import _launch_flows
+    from clockalign.export.perfetto_packets import _launch_flows
     rows = np.array([0, 2, 2, 2, 2, 2, 2, 4], dtype=np.int64)
     ids = np.arange(1, 9, dtype=np.uint64) << np.uint64(60) | np.uint64(5)
     b = SimpleNamespace(launch=(rows, ids))

@@ -20,10 +20,11 @@ among them) may draw no flow from it; the Perfetto export puts the flow on the i
 import numpy as np
 
 from ..store.schema import GpuKind, unpack_dims
-from ..timeline.gpu_activity import KIND_NAMES, LAUNCH_BPF, LAUNCH_NONE, activity_names
+from ..timeline.gpu_activity import LAUNCH_BPF, LAUNCH_NONE
 from . import jsontext as jt
 from .jsonrows import SEP, Row, Texts, gather, interleave, js
-from .gpu_tracks import layout
+from .gpu_tracks import activity_names, batches, layout, take, take_rows
+from .pipeline import in_order
 from .rows import BATCH_ROWS
 
 JSON_FLOW_BASE = 1 << 40
@@ -77,16 +78,15 @@ def flow_starts(b, tracks) -> bytes:
     return row.build(len(at)).tobytes()
 
 
-def _shape_text(r, rows, start, end, track, texts, name_ix, fn_ix, tracks) -> np.ndarray:
-    """The "X" records of rows ``rows`` of one shape (kind, raw, gpu known, launch source,
-    name)."""
-    e = r[rows]
+def _shape_text(e, start, end, track, texts, name_ix, fn_ix, tracks) -> np.ndarray:
+    """The "X" records of ACTIVITY_DTYPE rows ``e`` of one shape (kind, raw, gpu known,
+    launch source, name); the other arguments are theirs, row for row."""
     k, raw = int(e["kind"][0]), bool(e["raw"][0])
     row = Row(SEP + b'{"ph":"X","cat":"gpu","name":')
-    _text(row, texts, name_ix[rows])
-    _track_ts(row, track[rows], start[rows], tracks)
+    _text(row, texts, name_ix)
+    _track_ts(row, track, start, tracks)
     row.const(b',"dur":')
-    _micros(row, end[rows] - start[rows])
+    _micros(row, end - start)
     row.const(b',"args":{"unc_ns":')
     if raw:
         _num(row, e["unc_ns"])
@@ -134,18 +134,24 @@ def _shape_text(r, rows, start, end, track, texts, name_ix, fn_ix, tracks) -> np
         row.const(b',"end_ns":')
         _num(row, e["launch_end_ns"], signed=True)
         row.const(b',"fn":')
-        _text(row, texts, fn_ix[rows])
+        _text(row, texts, fn_ix)
         row.const(b',"source":"bpf"}}}' if src == LAUNCH_BPF else
                   b',"source":"cupti callback"}}}')
-    return row.build(len(rows))
+    return row.build(len(e))
 
 
 def _flow_ends(rows, start, track, tracks) -> bytes:
+    """The "f" records of the executions ``rows`` (their start and track given)."""
     row = Row(SEP + b'{"ph":"f","bp":"e",' + _FLOW)
     _num(row, rows.astype(np.int64) + JSON_FLOW_BASE + 1)
-    _track_ts(row, track[rows], start[rows], tracks)
+    _track_ts(row, track, start, tracks)
     row.const(b"}")
     return row.build(len(rows)).tobytes()
+
+
+def _fn_key(r, idx) -> np.ndarray:
+    """(pid, launch function id) of rows ``idx`` as one int64."""
+    return (take(r, "pid", idx).astype(np.int64) << 32) | take(r, "launch_fn", idx).astype(np.int64)
 
 
 def write_gpu_json(w, acts, flows=None, batch_rows: int = BATCH_ROWS) -> int:
@@ -154,29 +160,38 @@ def write_gpu_json(w, acts, flows=None, batch_rows: int = BATCH_ROWS) -> int:
     r = acts.rows
     if not len(r):
         return 0
-    start, end, order, track = layout(w.model, r)
+    order, track = layout(w.model, r)
     tracks = w.track_texts()
     texts = Texts()
     names, name_ix = activity_names(acts, r)
-    fkey = (r["pid"].astype(np.int64) << 32) | r["launch_fn"].astype(np.int64)
-    fu, fn_ix = np.unique(fkey, return_inverse=True)
+    name_ix = name_ix.astype(np.int32)
+    fu = np.unique(np.concatenate([np.unique(_fn_key(r, np.arange(a, min(len(r), a + batch_rows))))
+                                   for a in range(0, len(r), batch_rows)]))
     texts.extend([js(s) for s in names] + [js(acts.launch_function(
         {"pid": k >> 32, "launch_fn": k & 0xFFFFFFFF})) for k in fu.tolist()])
-    fn_ix = fn_ix.reshape(-1) + len(names)
-    shape = ((r["kind"].astype(np.int64) << 8) | (r["raw"].astype(np.int64) << 4)
-             | ((r["gpu"] >= 0).astype(np.int64) << 3) | r["launch_src"].astype(np.int64))
-    shape = shape * len(names) + name_ix   # the name is constant text of a shape: no row is
-    # padded to the longest kernel name of its batch
     matched = flows.matched if flows is not None else np.zeros(len(r), dtype=bool)
-    for a in range(0, len(r), batch_rows):
-        rows = order[a:a + batch_rows]
-        uniq, inv = np.unique(shape[rows], return_inverse=True)
+
+    def text(rows):          # on a worker thread: reads only what is made above
+        e = take_rows(r, rows)
+        start = e["t_ns"].copy()
+        end = np.maximum(e["end_ns"], start)
+        tr, ni = track[rows].astype(np.int64), name_ix[rows].astype(np.int64)
+        fi = np.searchsorted(fu, _fn_key(e, slice(None))) + len(names)
+        shape = ((e["kind"].astype(np.int64) << 8) | (e["raw"].astype(np.int64) << 4)
+                 | ((e["gpu"] >= 0).astype(np.int64) << 3) | e["launch_src"].astype(np.int64))
+        shape = shape * len(names) + ni    # the name is constant text of a shape: no row is
+        # padded to the longest kernel name of its batch
+        uniq, inv = np.unique(shape, return_inverse=True)
         inv = inv.reshape(-1)
-        parts = [(at, _shape_text(r, rows[at], start, end, track, texts, name_ix, fn_ix,
+        parts = [(at, _shape_text(e[at], start[at], end[at], tr[at], texts, ni[at], fi[at],
                                   tracks))
                  for at in (np.flatnonzero(inv == j) for j in range(len(uniq)))]
-        w.raw(interleave(len(rows), parts), len(rows))
-        m = rows[matched[rows]]
-        if len(m):
-            w.raw(_flow_ends(m, start, track, tracks), len(m))
+        m = np.flatnonzero(matched[rows])
+        return (interleave(len(rows), parts), len(rows),
+                _flow_ends(rows[m], start[m], tr[m], tracks) if len(m) else b"", len(m))
+
+    for blob, n, ends, m in in_order(text, batches(len(r), order, batch_rows)):
+        w.raw(blob, n)
+        if m:
+            w.raw(ends, m)
     return len(r)

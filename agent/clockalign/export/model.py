@@ -214,25 +214,27 @@ class TraceModel:
     def build(self, ev) -> Batch:
         n0 = len(ev)
         work = self._stream_work(ev)
-        if len(work):                    # stream work again, for the stream tracks
-            ev = np.concatenate([ev, ev[work]])
-        n = len(ev)
+        # the stream work again, for the stream tracks: row i of the batch is ev's row
+        # src[i] (indexes, not a copy of the rows: a field is gathered when read)
+        src = np.concatenate([np.arange(n0), work]) if len(work) else np.arange(n0)
+        n = len(src)
         copy = np.zeros(n, dtype=bool)
         copy[n0:] = True
-        kind = ev["kind"].astype(np.int64)
-        start = ev["t_ns"].astype(np.int64)
-        dur = np.maximum(ev["dur_ns"].astype(np.int64), 0)
+        kind = ev["kind"][src].astype(np.int64)
+        start = ev["t_ns"][src].astype(np.int64)
+        dur = np.maximum(ev["dur_ns"][src].astype(np.int64), 0)
         is_slice = np.isin(kind, _SPANS)
         end = np.where(is_slice, start + dur, start)
         cls = _TRACK_CLASS[kind]
-        base = self._base_tracks(ev[:n0], cls[:n0])
+        base = self._base_tracks(ev, cls[:n0])
         if len(work):
-            base = np.concatenate([base, self._stream_tracks(ev[n0:])])
+            base = np.concatenate([base, self._stream_tracks(Columns(ev, work))])
         order = np.argsort(start, kind="stable")
         track = self.lanes.assign(base, start, end, order)
 
         kind, start, end, is_slice, track, copy = (
             kind[order], start[order], end[order], is_slice[order], track[order], copy[order])
+        order = src[order]               # ev's row of each sorted row
         tid = ev["tid"][order]
         cat = np.full(n, CAT["thread"], dtype=np.int64)
         name = np.zeros(n, dtype=np.int64)

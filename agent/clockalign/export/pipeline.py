@@ -26,8 +26,34 @@ and keeps ``f`` (the binary file) and ``bytes`` (written so far).
 import os
 
 
-def stream(model, writer, progress=None, workers: int = None):
-    """Drive a writer over all batches, encoding on a second thread.
+def _workers(workers: int = None) -> int:
+    return workers or max(1, min(4, os.cpu_count() or 1))
+
+
+def in_order(fn, items, workers: int = None):
+    """fn(item) for each of ``items``, run on worker threads (numpy releases the GIL),
+    yielded in the items' order; at most workers + 1 wait (bounded memory)."""
+    import collections
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = _workers(workers)
+    pending = collections.deque()
+    with ThreadPoolExecutor(workers, thread_name_prefix="clockalign-export") as pool:
+        try:
+            for it in items:
+                pending.append(pool.submit(fn, it))
+                while len(pending) > workers + 1:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+
+def stream(batches, writer, progress=None, workers: int = None):
+    """Drive a writer over ``batches`` (TraceModel.batches(), gpu_tracks.gpu_batches),
+    encoding on other threads.
 
     ``writer.prepare(batch)`` runs here, in order (it owns the writer's state: tracks
     declared, strings interned) and may write packets; ``writer.encode(batch, ctx)`` is
@@ -39,7 +65,7 @@ def stream(model, writer, progress=None, workers: int = None):
     import io
     from concurrent.futures import ThreadPoolExecutor
 
-    workers = workers or max(1, min(4, os.cpu_count() or 1))
+    workers = _workers(workers)
     depth = workers + 1
     pending = collections.deque()
     out = writer.f
@@ -57,7 +83,7 @@ def stream(model, writer, progress=None, workers: int = None):
 
     with ThreadPoolExecutor(workers, thread_name_prefix="clockalign-export") as pool:
         try:
-            for b in model.batches():
+            for b in batches:
                 buf = io.BytesIO()
                 writer.f = buf
                 try:
@@ -80,7 +106,8 @@ def export(tl, writer, progress=None, batch_rows: int = None, select=None) -> di
 
     from ..timeline.spool import spool_dir
     from .clocks import clock_snapshot, gpu_clock_bands
-    from .gpu_tracks import LaunchFlows
+    from .heap import tune_heap
+    from .gpu_tracks import EXPORT_FIELDS, LaunchFlows
     from .model import TraceModel
     # the first pass (thread names, faults) and the rows each read every event: decode once
     tl.spool(spool_dir(writer.f))
@@ -89,14 +116,15 @@ def export(tl, writer, progress=None, batch_rows: int = None, select=None) -> di
     model = TraceModel(tl, select=select, **({"batch_rows": batch_rows} if batch_rows else {}))
     faults = tl.faults() if select is None else select.faults(tl.faults())
     model.set_chains(faults)
-    acts = tl.gpu_activity()
+    acts = tl.gpu_activity(fields=EXPORT_FIELDS)       # narrow columns (gpu_tracks.py)
     if select is not None and len(acts):
         acts = select.gpu_activity(acts)
     if len(acts):
         model.gpu_flows = LaunchFlows(acts)
+    tune_heap()          # from here, batch arrays reused, not mapped afresh (heap.py)
     snap = clock_snapshot(tl)
     writer.begin(model, tl, snap)
-    stream(model, writer, progress)
+    stream(model.batches(), writer, progress)
     cnt = tl.counters() if select is None else select.counters(tl.counters())
     if cnt is not None and len(cnt):
         writer.counters(cnt)

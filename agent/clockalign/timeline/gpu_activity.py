@@ -218,12 +218,7 @@ def activity_names(acts: GpuActivity, r) -> tuple:
     """(names, index per row): acts.name() computed once per distinct (kind, pid, name,
     copy kind) of rows ``r``, not once per row."""
     uniq, inv = row_keys(r["kind"], r["pid"], r["name"], r["aux"] & 0xFF)
-    proto = np.zeros(1, dtype=r.dtype)
-    out = []
-    for k, p, n, a in uniq:
-        proto["kind"], proto["pid"], proto["name"], proto["aux"] = k, p, n, a
-        out.append(acts.name(proto[0]))
-    return out, inv
+    return [acts.name({"kind": k, "pid": p, "name": n, "aux": a}) for k, p, n, a in uniq], inv
 
 
 def activity_dicts(acts: GpuActivity, block: int = 1 << 16):

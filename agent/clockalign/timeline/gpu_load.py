@@ -30,11 +30,15 @@ _OTHER_KINDS = (GpuKind.DEVICE, GpuKind.CLOCK, GpuKind.DROPPED, GpuKind.INFO)
 _API = ("pid", "corr", "tid", "aux", "start", "end")
 _COPIED = ("kind", "pid", "device", "stream", "name", "corr", "grid", "block", "aux", "shmem")
 _TIMES = ("t_ns", "end_ns", "launch_t_ns", "launch_end_ns")
-# stored as a difference from t_ns in a Table (narrow), read back as the field
+# stored as a difference (from t_ns, or from the launch's start) in a Table (narrow), read
+# back as the field: {field: (the columns it is computed from, fn)}
 _DERIVED = {
-    "end_ns": ("dur_ns", lambda c: c["t_ns"] + c["dur_ns"]),
-    "launch_t_ns": ("launch_lead_ns", lambda c: np.where(c["launch_src"] != LAUNCH_NONE,
-                                                         c["t_ns"] - c["launch_lead_ns"], -1)),
+    "end_ns": (("dur_ns",), lambda c: c["t_ns"] + c["dur_ns"]),
+    "launch_t_ns": (("launch_lead_ns",), lambda c: np.where(
+        c["launch_src"] != LAUNCH_NONE, c["t_ns"] - c["launch_lead_ns"], -1)),
+    "launch_end_ns": (("launch_lead_ns", "launch_len_ns"), lambda c: np.where(
+        c["launch_src"] != LAUNCH_NONE,
+        c["t_ns"] - c["launch_lead_ns"] + c["launch_len_ns"], -1)),
 }
 
 
@@ -240,7 +244,7 @@ def _stored(fields, full: bool) -> tuple:
     return tuple(out)
 
 
-def _index(i: np.ndarray) -> np.ndarray:
+def narrow_index(i: np.ndarray) -> np.ndarray:
     """An index array as uint32 where it fits (half the memory of numpy's int64)."""
     return i.astype(np.uint32) if len(i) < 1 << 32 else i
 
@@ -264,10 +268,10 @@ def _columns(ps, keep) -> dict:
     t = ps.cols["t_ns"].array(np.int64)
     if keep is not None:
         t = t[keep]
-    order = _index(np.argsort(t, kind="stable"))
+    order = narrow_index(np.argsort(t, kind="stable"))
     t.sort(kind="stable")                 # t[order], in place
     if keep is not None:
-        order = _index(np.flatnonzero(keep))[order]
+        order = narrow_index(np.flatnonzero(keep))[order]
     cols = {"t_ns": t}
     del t
     for f, c in ps.cols.items():
@@ -313,7 +317,7 @@ def _join(cols, cb, full: bool, stats, notes) -> dict:
     n = len(cols["t_ns"])
     key_a = cb["key"]
     out = {} if full else {f: Concat() for f in ("launch_tid", "launch_fn", "launch_src",
-                                                 "launch_lead_ns")}
+                                                 "launch_lead_ns", "launch_len_ns")}
     has_n = hb_n = 0
     for b in _blocks(n):
         t = cols["t_ns"][b]
@@ -340,6 +344,7 @@ def _join(cols, cb, full: bool, stats, notes) -> dict:
         out["launch_fn"].add(fn)
         out["launch_src"].add(src)
         out["launch_lead_ns"].add(np.where(src != LAUNCH_NONE, t - lt, 0))
+        out["launch_len_ns"].add(np.where(src != LAUNCH_NONE, le - lt, 0))
     if len(key_a) and n:
         stats["joined_callback"] = has_n
     stats["joined_bpf"] = hb_n
@@ -408,7 +413,7 @@ def load(tl, fields=None) -> GpuActivity:
         rows = cols
     else:
         derived = {f: _DERIVED[f] for f in fields if f in _DERIVED}
-        need = set(fields) | {s for s, _ in derived.values()} | (
+        need = set(fields) | {c for s, _ in derived.values() for c in s} | (
             {"t_ns", "launch_src"} if derived else set())
         rows = Table({f: c for f, c in cols.items() if f in need},
                      {f: fn for f, (_, fn) in derived.items()})
