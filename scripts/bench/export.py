@@ -323,7 +323,7 @@ def render_md(doc) -> str:
               "far slower than the file.  The export's own memory is the anonymous RSS: a few "
               "batches in flight, the fault list (failing calls only; successful calls are "
               "streamed twice, not kept), tracks and interned strings, and up to 64 MB of freed "
-              "heap that glibc keeps for the next batches (export/heap.py: without it the "
+              "heap that glibc keeps for the next batches (timeline/heap.py reuse_heap: without it the "
               "kernel maps and zeroes every batch's arrays afresh, as much system time as the "
               "export's own work).  A --gpu-activity run's GPU executions are not streamed: "
               "Timeline.gpu_activity sorts them by time and joins them to their launch calls "

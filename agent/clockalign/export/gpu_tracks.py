@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 
 from ..store.schema import GpuKind, Kind, unpack_dims
-from ..report.gpu_activity import group_ids
+from ..timeline.gpu_table import group_ids
 from ..timeline.gpu_activity import ACTIVITY_DTYPE
 from ..timeline.gpu_load import narrow_index
 from ..timeline.gpu_table import Table

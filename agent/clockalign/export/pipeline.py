@@ -106,7 +106,7 @@ def export(tl, writer, progress=None, batch_rows: int = None, select=None) -> di
 
     from ..timeline.spool import spool_dir
     from .clocks import clock_snapshot, gpu_clock_bands
-    from .heap import tune_heap
+    from ..timeline.heap import reuse_heap
     from .gpu_tracks import EXPORT_FIELDS, LaunchFlows
     from .model import TraceModel
     # the first pass (thread names, faults) and the rows each read every event: decode once
@@ -121,7 +121,7 @@ def export(tl, writer, progress=None, batch_rows: int = None, select=None) -> di
         acts = select.gpu_activity(acts)
     if len(acts):
         model.gpu_flows = LaunchFlows(acts)
-    tune_heap()          # from here, batch arrays reused, not mapped afresh (heap.py)
+    reuse_heap()         # from here, batch arrays reused, not mapped afresh (timeline/heap.py)
     snap = clock_snapshot(tl)
     writer.begin(model, tl, snap)
     stream(model.batches(), writer, progress)

@@ -19,9 +19,7 @@ work was off-CPU (preempted or blocked).
 import numpy as np
 
 from ..store.schema import GpuKind
-from ..timeline.gpu_activity import row_keys
-from ..timeline.gpu_table import Concat, fit
-from ..timeline.gpu_table import Table as GpuTable
+from ..timeline.gpu_table import Concat, blocks as _blocks, group_ids, take as _take
 from .analysis import pct
 from .render import Table, fmt_count, fmt_ns, fmt_pct
 
@@ -45,43 +43,6 @@ def off_cpu_within(t0, t1, s, d):
         part = np.where(j >= 0, np.minimum(t, e[jj]) - s[jj], 0)
         return np.where(j >= 0, cum[jj] + np.maximum(part, 0), 0)
     return np.maximum(before(t1) - before(t0), 0)
-
-
-# Rows read at a time where a step would otherwise make whole-run temporaries.
-BLOCK = 1 << 18
-
-
-def _blocks(n: int):
-    for a in range(0, n, BLOCK):
-        yield slice(a, min(n, a + BLOCK))
-
-
-def _take(rows, name, idx):
-    """rows[name][idx]; from a Table (Timeline.gpu_activity(fields=...)), a derived field
-    is computed for those rows only."""
-    return rows.take(name, idx) if isinstance(rows, GpuTable) else rows[name][idx]
-
-
-def group_ids(rows, names, idx=None) -> tuple:
-    """(the distinct tuples of the integer fields ``names`` over rows ``idx`` (None: all),
-    sorted as row_keys sorts them; each row's index in them, in the narrowest type), a
-    block of rows at a time: no whole-run temporary but the answer."""
-    n = len(rows) if idx is None else len(idx)
-    seen, parts = {}, Concat()
-    for b in _blocks(n):
-        sel = b if idx is None else idx[b]
-        uniq, inv = row_keys(*(_take(rows, f, sel) for f in names))
-        ids = np.array([seen.setdefault(u, len(seen)) for u in uniq], dtype=np.int64)
-        parts.add(ids[inv])
-    keys = sorted(seen)
-    perm = np.zeros(max(len(keys), 1), dtype=np.int64)
-    for new, key in enumerate(keys):
-        perm[seen[key]] = new
-    ids = parts.array()
-    out = np.empty(len(ids), dtype=fit(0, max(len(keys) - 1, 0)))
-    for b in _blocks(len(ids)):
-        out[b] = perm[ids[b]]
-    return keys, out
 
 
 def stream_order(rows):

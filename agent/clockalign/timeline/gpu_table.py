@@ -13,6 +13,8 @@ in one or two bytes), a time in int64.  Reading a field gives its values; derive
 """
 import numpy as np
 
+from .gpu_activity import row_keys
+
 _SIGNED = (np.int8, np.int16, np.int32, np.int64)
 
 
@@ -120,3 +122,41 @@ class _Rows:
 
     def __getitem__(self, name):
         return self.cols[name][self.idx]
+
+
+# Rows read at a time where a step would otherwise make whole-run temporaries.
+BLOCK = 1 << 18
+
+
+def blocks(n: int):
+    """Slices of at most BLOCK rows over n."""
+    for a in range(0, n, BLOCK):
+        yield slice(a, min(n, a + BLOCK))
+
+
+def take(rows, name, idx):
+    """rows[name][idx]; from a Table (Timeline.gpu_activity(fields=...)), a derived field
+    is computed for those rows only."""
+    return rows.take(name, idx) if isinstance(rows, Table) else rows[name][idx]
+
+
+def group_ids(rows, names, idx=None) -> tuple:
+    """(the distinct tuples of the integer fields ``names`` over rows ``idx`` (None: all),
+    sorted as row_keys sorts them; each row's index in them, in the narrowest type), a
+    block of rows at a time: no whole-run temporary but the answer."""
+    n = len(rows) if idx is None else len(idx)
+    seen, parts = {}, Concat()
+    for b in blocks(n):
+        sel = b if idx is None else idx[b]
+        uniq, inv = row_keys(*(take(rows, f, sel) for f in names))
+        ids = np.array([seen.setdefault(u, len(seen)) for u in uniq], dtype=np.int64)
+        parts.add(ids[inv])
+    keys = sorted(seen)
+    perm = np.zeros(max(len(keys), 1), dtype=np.int64)
+    for new, key in enumerate(keys):
+        perm[seen[key]] = new
+    ids = parts.array()
+    out = np.empty(len(ids), dtype=fit(0, max(len(keys) - 1, 0)))
+    for b in blocks(len(ids)):
+        out[b] = perm[ids[b]]
+    return keys, out
