@@ -13,16 +13,15 @@ results/gpu-activity-memory.json first, so a before/after pair can be kept side 
     .venv/bin/python scripts/bench/gpu_activity_memory.py -n 2000000 --label after
 """
 import argparse
-import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 
-from export import CHILD_SAMPLER, cpu_model, mem_total_gb   # scripts/bench/
+from export import CHILD_SAMPLER   # scripts/bench/
+from labelled_sets import save_set   # scripts/bench/
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)                    # tests.unit.gpu_runs: the run-file generator
@@ -82,29 +81,9 @@ def main():
             print(f"{name:20s} {figures[name]['wall_s']:7.2f} s  peak RSS "
                   f"{figures[name]['peak_rss_mb']:6.0f} MB  anonymous "
                   f"{figures[name]['peak_anon_mb']:6.0f} MB", file=sys.stderr)
-    os.makedirs(a.results, exist_ok=True)
-    path = os.path.join(a.results, "gpu-activity-memory.json")
-    doc = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            doc = json.load(f)
-    doc.setdefault("sets", {})
-    prev = doc["sets"].get(a.label, {}).get("figures", {})
-    doc["sets"][a.label] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python scripts/bench/gpu_activity_memory.py " + " ".join(sys.argv[1:]),
-        "commit": a.commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short",
-                                              "HEAD"], capture_output=True,
-                                             text=True).stdout.strip() or "unknown",
-        "n": a.n, "figures": {**prev, **figures}}
-    if a.note:
-        doc["sets"][a.label]["note"] = a.note
-    doc["machine"] = {"nproc": os.cpu_count(), "cpu": cpu_model(), "mem_gb": mem_total_gb(),
-                      "python": platform.python_version(), "platform": platform.platform()}
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=2)
-    with open(os.path.join(a.results, "gpu-activity-memory.md"), "w") as f:
-        f.write(markdown(doc))
+    save_set(a.results, "gpu-activity-memory", a.label,
+             {"n": a.n, "figures": figures, **({"note": a.note} if a.note else {})}, markdown,
+             "scripts/bench/gpu_activity_memory.py", a.commit, merge="figures")
 
 
 def markdown(doc) -> str:

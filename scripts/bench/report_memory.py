@@ -18,11 +18,8 @@ decodes each once).  Writes results/report-memory.json (sets by --label) and .md
         --commit 8fbee30
 """
 import argparse
-import datetime
 import json
 import os
-import platform
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -31,7 +28,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)                    # tests.unit.gpu_runs: the run generator
-from export import CHILD_SAMPLER, cpu_model, mem_total_gb  # noqa: E402  (scripts/bench/)
+from export import CHILD_SAMPLER  # noqa: E402  (scripts/bench/)
+from labelled_sets import save_set  # noqa: E402  (scripts/bench/)
 
 _CHILD = CHILD_SAMPLER + r"""
 import json, sys, time
@@ -117,25 +115,9 @@ def main():
             print(f"{name:20s} {f['wall_s']:7.2f} s  peak RSS {f['peak_rss_mb']:6.0f} MB  "
                   f"anonymous {f['peak_anon_mb']:6.0f} MB  EVENTS chunks decoded "
                   f"{f['events_chunks_decoded']} of {shape['events_chunks']}", file=sys.stderr)
-    path = os.path.join(a.results, "report-memory.json")
-    doc = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            doc = json.load(f)
-    doc.setdefault("sets", {})
-    doc["sets"][a.label] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "scripts/bench/report_memory.py"] + sys.argv[1:]),
-        "commit": a.commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short",
-                                              "HEAD"], capture_output=True,
-                                             text=True).stdout.strip() or "unknown",
-        "run": shape, "figures": figures, **({"note": a.note} if a.note else {})}
-    doc["machine"] = {"nproc": os.cpu_count(), "cpu": cpu_model(), "mem_gb": mem_total_gb(),
-                      "python": platform.python_version(), "platform": platform.platform()}
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=2)
-    with open(os.path.join(a.results, "report-memory.md"), "w") as f:
-        f.write(markdown(doc))
+    save_set(a.results, "report-memory", a.label,
+             {"run": shape, "figures": figures, **({"note": a.note} if a.note else {})},
+             markdown, "scripts/bench/report_memory.py", a.commit)
 
 
 def markdown(doc) -> str:
