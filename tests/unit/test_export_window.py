@@ -131,6 +131,7 @@ def test_gpu_window_and_gpu_kinds(gpu_run, tmp_path):
     (["--to", "9999"], "outside the run"),
     (["--from", "5ns"], "outside the run"),
     (["--kind", "kernels"], "unknown --kind"),
+    (["--kind", "xid_msg"], "unknown --kind"),       # folded into its xid: --kind xid
     (["--pid", "0"], "not a process id"),
 ])
 def test_bad_window_or_filter_is_one_sentence(tmp_path, capsys, args, words):

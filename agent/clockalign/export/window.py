@@ -22,12 +22,13 @@ import re
 import numpy as np
 
 from ..errors import ClockalignError
-from ..store.schema import KIND_NAMES, GpuKind
+from ..store.schema import KIND_NAMES, GpuKind, Kind
 
 GPU_KINDS = {"gpu_kernel": GpuKind.KERNEL, "gpu_copy": GpuKind.MEMCPY,
              "gpu_memset": GpuKind.MEMSET}
 OTHER_KINDS = ("counters", "faults")
-_EVENT_KINDS = {name: int(k) for k, name in KIND_NAMES.items()}
+# an Xid's message parts (XID_MSG) are folded into its XID event: --kind xid has them
+_EVENT_KINDS = {name: int(k) for k, name in KIND_NAMES.items() if k != Kind.XID_MSG}
 KIND_CHOICES = tuple(_EVENT_KINDS) + tuple(GPU_KINDS) + OTHER_KINDS
 _NS = re.compile(r"^\s*(-?\d+)\s*ns\s*$")
 
