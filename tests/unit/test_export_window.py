@@ -38,7 +38,8 @@ def test_window_holds_exactly_the_window(tmp_path, full):
     span = tl.end_ns - tl.start_ns
     t0, t1 = tl.start_ns + span * 7 // 10, tl.start_ns + span * 8 // 10   # 10 %, the Xid in it
     sel = Selection.parse(tl, f"{t0}ns", f"{t1}ns",
-                          kinds=[n for k, n in KIND_NAMES.items() if k != Kind.XID_MSG] + ["counters"])
+                          kinds=[n for k, n in KIND_NAMES.items() if k != Kind.XID_MSG]
+                          + ["counters"])
     out = tmp_path / "w.pftrace"
     stats = export_run(tl, str(out), select=sel)
     seen = check_trace(parse(out))
