@@ -68,6 +68,8 @@ class PerfettoWriter:
         self.compress = compress
         self._names = {}          # seq -> set of interned event-name string ids
         self._strs = {}           # seq -> set of interned string-value ids
+        self._anns = {}           # seq -> set of interned annotation names (ANN_NAMES index)
+        self._cats = {}           # seq -> set of interned categories (CATEGORIES index)
         # per track idx: the last time written on its sequence's incremental clock
         # (-1: clock not declared yet); only event tracks (EVENT_TRACKS) have one
         self._last = np.zeros(0, dtype=np.int64)
@@ -105,11 +107,9 @@ class PerfettoWriter:
     # --- sequences, tracks, interning
     def start_sequence(self, seq: int, events_of=None):
         """The sequence's first packet; ``events_of``: the track whose events it carries
-        (its default track, on the incremental clock), or None (absolute MONOTONIC)."""
-        interned = InternedData(
-            event_categories=[EventCategory(iid=i + 1, name=c) for i, c in enumerate(CATEGORIES)],
-            debug_annotation_names=[DebugAnnotationName(iid=i + 1, name=a)
-                                    for i, a in enumerate(ANN_NAMES)])
+        (its default track, on the incremental clock), or None (absolute MONOTONIC).
+        Names, categories and annotation names are interned as the sequence first needs
+        them (``intern``): a run of many small tracks repeats none it does not use."""
         defaults = TracePacketDefaults(timestamp_clock_id=MONOTONIC)
         if events_of is not None:
             defaults = TracePacketDefaults(
@@ -117,10 +117,9 @@ class PerfettoWriter:
                 track_event_defaults=TrackEventDefaults(track_uuid=events_of.uuid))
         self.packet(TracePacket(
             trusted_packet_sequence_id=seq, sequence_flags=CLEARED,
-            first_packet_on_sequence=True, trace_packet_defaults=defaults,
-            interned_data=interned))
-        self._names[seq] = set()
-        self._strs[seq] = set()
+            first_packet_on_sequence=True, trace_packet_defaults=defaults))
+        for sent in (self._names, self._strs, self._anns, self._cats):
+            sent[seq] = set()
 
     def _grow(self):
         n = len(self.model.tracks.all)
@@ -149,15 +148,19 @@ class PerfettoWriter:
             self.packet(TracePacket(trusted_packet_sequence_id=t.seq, track_descriptor=d))
 
     def intern(self, track: np.ndarray, names: np.ndarray, strs_track: np.ndarray,
-               strs: np.ndarray):
-        """Interned-data packets for the (track's sequence, string) pairs not yet sent."""
+               strs: np.ndarray, anns_track=None, anns=None, cats=None):
+        """Interned-data packets for the (track's sequence, item) pairs not yet sent: event
+        names and string values (Strings ids), annotation names (ANN_NAMES index, of the
+        rows anns_track) and categories (CATEGORIES index, of the rows ``track``)."""
         items = self.model.strings.items
         seq_lut = self.model.tracks.seq_lut
-        span = len(items) + 1
+        span = max(len(items), len(ANN_NAMES), len(CATEGORIES)) + 1
         need = {}
         for table, tk, ids, sent in ((0, track, names, self._names),
-                                     (1, strs_track, strs, self._strs)):
-            if not len(ids):
+                                     (1, strs_track, strs, self._strs),
+                                     (2, anns_track, anns, self._anns),
+                                     (3, track, cats, self._cats)):
+            if ids is None or not len(ids):
                 continue
             key = tk.astype(np.int64) * span + ids.astype(np.int64)
             if len(seq_lut) * span <= 1 << 22:       # a small range: count, do not sort
@@ -169,14 +172,31 @@ class PerfettoWriter:
                 s = int(seq_lut[t])
                 if i not in sent[s]:
                     sent[s].add(i)
-                    need.setdefault(s, ([], []))[table].append(i)
-        for s, (nm, st) in sorted(need.items()):
-            self.packet(TracePacket(
-                trusted_packet_sequence_id=s, sequence_flags=NEEDS,
-                interned_data=InternedData(
-                    event_names=[EventName(iid=i + 1, name=items[i]) for i in nm],
-                    debug_annotation_string_values=[
-                        InternedString(iid=i + 1, str=items[i].encode()) for i in st])))
+                    need.setdefault(s, ([], [], [], []))[table].append(i)
+        for s, (nm, st, an, ct) in sorted(need.items()):
+            self._interned(s, nm, st, an, ct)
+
+    def _interned(self, seq, names=(), strs=(), anns=(), cats=()):
+        items = self.model.strings.items
+        self.packet(TracePacket(
+            trusted_packet_sequence_id=seq, sequence_flags=NEEDS,
+            interned_data=InternedData(
+                event_names=[EventName(iid=i + 1, name=items[i]) for i in names],
+                debug_annotation_string_values=[
+                    InternedString(iid=i + 1, str=items[i].encode()) for i in strs],
+                debug_annotation_names=[DebugAnnotationName(iid=i + 1, name=ANN_NAMES[i])
+                                        for i in anns],
+                event_categories=[EventCategory(iid=i + 1, name=CATEGORIES[i])
+                                  for i in cats])))
+
+    def _ensure(self, seq, ev: TrackEvent):
+        """Intern what one TrackEvent built here refers to, where its sequence lacks it."""
+        anns = {a.name_iid - 1 for a in ev.debug_annotations} - self._anns[seq]
+        cats = {c - 1 for c in ev.category_iids} - self._cats[seq]
+        if anns or cats:
+            self._anns[seq] |= anns
+            self._cats[seq] |= cats
+            self._interned(seq, anns=sorted(anns), cats=sorted(cats))
 
     # --- bulk events
     def prepare(self, b):
@@ -188,8 +208,9 @@ class PerfettoWriter:
         seq = tr.seq_lut[b.track]
         sl = b.slots
         str_mask = sl.present & (sl.vtype == V_STR)
-        self.intern(b.track, b.name, np.broadcast_to(b.track, sl.present.shape)[str_mask],
-                    sl.value[str_mask])
+        per_slot = np.broadcast_to(b.track, sl.present.shape)
+        self.intern(b.track, b.name, per_slot[str_mask], sl.value[str_mask],
+                    per_slot[sl.present], sl.name[sl.present], b.cat)
         return seq, self._previous(b, seq)
 
     def _previous(self, b, seq) -> np.ndarray:
@@ -317,7 +338,6 @@ class PerfettoWriter:
         self.declare(tr.take_new())
         for idx, items in per_track.items():
             t = tr.all[idx]
-            self._names.setdefault(t.seq, set())
             items.sort(key=lambda x: (x[0], x[1]))
             for ts, is_step, fi, obj in items:
                 ev = TrackEvent(type=TrackEvent.TYPE_INSTANT, track_uuid=t.uuid,
@@ -351,6 +371,7 @@ class PerfettoWriter:
                         _ann(ev, "pid", int(f.pid))
                     if fi in chained:
                         ev.flow_ids.append(TraceModel.flow_id(fi))
+                self._ensure(t.seq, ev)
                 self.packet(TracePacket(timestamp=ts, trusted_packet_sequence_id=t.seq,
                                         sequence_flags=NEEDS, track_event=ev))
 
