@@ -51,8 +51,9 @@ def test_a_name_matches_the_comm_and_a_path_the_executable_or_script(sleeper, tm
     script.write_text("sleep 30\n")
     r = subprocess.Popen(["sh", "-e", "serve.sh"], cwd=tmp_path)
     try:
-        deadline = time.monotonic() + 5
-        while matches(q.pid, [long_name]) is None and time.monotonic() < deadline:
+        deadline = time.monotonic() + 5     # until both have exec'd (sh has read its args)
+        while (matches(q.pid, [long_name]) is None or matches(r.pid, [str(script)]) is None) \
+                and time.monotonic() < deadline:
             time.sleep(0.01)
         assert matches(q.pid, [long_name]) == long_name          # cut to 15, as the kernel
         assert matches(r.pid, [str(script)]) == str(script)      # relative to its cwd
