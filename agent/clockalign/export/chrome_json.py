@@ -29,7 +29,7 @@ from .rows import ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR
 _CAT_JS = [js(c) for c in CATEGORIES]
 _KEY_JS = [js(a) + b":" for a in ANN_NAMES]
 _HEAD = {True: b'{"ph":"X","cat":', False: b'{"ph":"i","s":"t","cat":'}
-_BOOLS = np.array([list(b"false"), list(b"true ")], dtype=np.uint8)
+_BOOLS = np.array([list(b"false"), list(b"true\0")], dtype=np.uint8)      # \0: jt.PAD
 
 
 def _put_bools(dst, v):
@@ -147,10 +147,10 @@ class JsonWriter:
         head = {"ph": "M", "name": "clockalign", "pid": 0, "tid": 0,
                 "args": {"clock": "MONOTONIC", "clock_snapshot": snap.describe(),
                          "run": str(tl.path)}}
-        self.raw(b'{"traceEvents":[\n' + json.dumps(head).encode(), 1)
+        self.raw(b'{"traceEvents":[\n' + _dumps(head).encode(), 1)
 
     def end(self, tl, snap):
-        self.raw(b'\n],"displayTimeUnit":"ns","otherData":' + json.dumps(
+        self.raw(b'\n],"displayTimeUnit":"ns","otherData":' + _dumps(
             {"clock": "MONOTONIC", "clock_snapshot": snap.describe(),
              "truncated": tl.truncated}).encode() + b"}\n", 0)
 
@@ -170,7 +170,7 @@ class JsonWriter:
 
     def record(self, obj: dict, ts_ns: int = None):
         """One record; ``ts_ns`` is written as exact µs text (a float could round it)."""
-        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+        text = _dumps(obj)
         if ts_ns is not None:
             text = text[:-1] + f',"ts":{_us(int(ts_ns))}}}'
         self.raw(SEP + text.encode(), 1)
@@ -235,7 +235,7 @@ class JsonWriter:
                               rows["t_ns"].tolist(), rows["value"].tolist()):
             name, unit = FIELDS.get(f, (f"field {f}", ""))[:2]
             out.append(f'{{"ph":"C","name":{json.dumps(f"{name} ({unit})")},'
-                       f'"pid":{tr.gpu(g).json_pid},"ts":{t // 1000}.{t % 1000:03d},'
+                       f'"pid":{tr.gpu(g).json_pid},"ts":{_us(t)},'
                        f'"args":{{"value":{json.dumps(float(v)) if np.isfinite(v) else "null"}}}}}')
             if len(out) >= 65536:
                 self.raw(SEP + ",\n".join(out).encode(), len(out))
@@ -285,7 +285,13 @@ class JsonWriter:
 
 
 def _us(ns: int) -> str:
-    return f"{ns // 1000}.{ns % 1000:03d}"
+    """Exact µs text of int ns, with only the decimals it needs (jsontext.put_micros)."""
+    frac = f"{abs(ns) % 1000:03d}".rstrip("0")
+    return f"{'-' if ns < 0 else ''}{abs(ns) // 1000}" + (f".{frac}" if frac else "")
+
+
+def _dumps(obj) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 def _jsonable(v):

@@ -22,7 +22,7 @@ import numpy as np
 from ..store.schema import GpuKind, unpack_dims
 from ..timeline.gpu_activity import LAUNCH_BPF, LAUNCH_NONE
 from . import jsontext as jt
-from .jsonrows import SEP, Row, Texts, gather, interleave, js
+from .jsonrows import SEP, Row, Texts, gather, interleave, js, text
 from .gpu_tracks import activity_names, batches, layout, take, take_rows
 from .pipeline import in_order
 from .rows import BATCH_ROWS
@@ -75,7 +75,7 @@ def flow_starts(b, tracks) -> bytes:
     _num(row, ids)
     _track_ts(row, b.track[at], b.start[at], tracks)
     row.const(b"}")
-    return row.build(len(at)).tobytes()
+    return text(row.build(len(at))).tobytes()
 
 
 def _shape_text(e, start, end, track, texts, name_ix, fn_ix, tracks) -> np.ndarray:
@@ -146,7 +146,7 @@ def _flow_ends(rows, start, track, tracks) -> bytes:
     _num(row, rows.astype(np.int64) + JSON_FLOW_BASE + 1)
     _track_ts(row, track, start, tracks)
     row.const(b"}")
-    return row.build(len(rows)).tobytes()
+    return text(row.build(len(rows))).tobytes()
 
 
 def _fn_key(r, idx) -> np.ndarray:

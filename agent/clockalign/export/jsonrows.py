@@ -3,9 +3,11 @@ rows (chrome_json.py) and the GPU executions (gpu_json.py) share.
 
 Bulk rows are built by shape (same kind, name and annotations): a shape's rows share one
 template row, and only what varies (thread, times, values) is written into its holes,
-numbers right-aligned with leading spaces and strings padded after their closing quote
-(JSON allows whitespace between tokens).  The batch is then one matrix of rows, each
-row padded with spaces after its closing brace, written out as it is.  A rare shape much
+numbers right-aligned after PAD bytes and strings padded with PAD after their closing
+quote.  The batch is then one matrix of rows, each row padded with PAD after its closing
+brace; PAD (NUL) is never part of JSON text (json.dumps escapes control characters, UTF-8
+has no zero byte in a multi-byte character), so cutting every PAD byte out of the matrix
+(``text``) leaves each record with no byte the format does not need.  A rare shape much
 wider than the rest is written between the matrix's rows rather than widening them all.
 
     row = Row(SEP + b'{"ph":"X","name":"k","ts":')
@@ -17,8 +19,10 @@ import json
 
 import numpy as np
 
+from .jsontext import PAD
+
 SEP = b",\n"
-SP = 32
+SP = PAD
 WIDE_SHARE = 64        # shapes holding at most 1/64 of a batch may be wider than the matrix
 
 
@@ -70,7 +74,7 @@ class Row:
 
     def hole(self, width: int, fill, *args):
         self.holes.append((len(self.tpl), width, fill, args))
-        self.tpl += b" " * width
+        self.tpl += bytes([PAD]) * width
 
     def build(self, rows: int) -> np.ndarray:
         m = np.empty((rows, len(self.tpl)), dtype=np.uint8)
@@ -78,6 +82,13 @@ class Row:
         for off, w, fill, args in self.holes:
             fill(m[:, off:off + w], *args)
         return m
+
+
+def text(m: np.ndarray) -> np.ndarray:
+    """The bytes of row matrix (or row) ``m`` with every PAD byte cut out, as one uint8 array
+    (a bytes-like object: written and joined as it is)."""
+    m = m.reshape(-1)
+    return m[m != PAD]
 
 
 def gather(dst, table, idx):
@@ -88,7 +99,7 @@ def interleave(n: int, shapes: list):
     """One batch's rows in row order from its shapes' matrices: one matrix as wide as the
     shapes that hold most rows, and the rows of rare wider shapes written between its rows."""
     if len(shapes) == 1 and len(shapes[0][0]) == n:
-        return shapes[0][1].reshape(-1)
+        return text(shapes[0][1])
     by_width = sorted(shapes, key=lambda s: -s[1].shape[1])
     wide, spare = [], n // WIDE_SHARE
     for s in by_width[:-1]:
@@ -101,14 +112,14 @@ def interleave(n: int, shapes: list):
     for rows, m in by_width[len(wide):]:
         mat[rows, :m.shape[1]] = m
     if not wide:
-        return mat.reshape(-1)
+        return text(mat)
     at = np.concatenate([rows for rows, _ in wide])
     texts = [m[i] for _, m in wide for i in range(len(m))]
     pieces, prev = [], 0
     for k in np.argsort(at, kind="stable").tolist():
         r = int(at[k])
-        pieces.append(mat[prev:r].reshape(-1))
-        pieces.append(texts[k])
+        pieces.append(text(mat[prev:r]))
+        pieces.append(text(texts[k]))
         prev = r + 1
-    pieces.append(mat[prev:].reshape(-1))
+    pieces.append(text(mat[prev:]))
     return b"".join(pieces)
