@@ -2,8 +2,10 @@
 whatever text the writer chose, and that content in one canonical form.
 
 Each event becomes its phase, name, category, pid/tid, time and duration in integer
-nanoseconds (read from the µs text exactly, with decimal.Decimal), flow id, binding point,
-scope and args; args a writer left out because they hold the default the trace's
+nanoseconds (read from the µs text exactly, with decimal.Decimal), flow, binding point,
+scope and args; a flow event's id becomes the pid, tid and time of the "s" that starts
+its flow (a viewer pairs flow events by id, category and name: the number itself means
+nothing); args a writer left out because they hold the default the trace's
 "clockalign" metadata record names (its args' "defaults") are put back first, so a writer
 that says a default once gives the same content as one that writes it on every event.
 The run's path in that record is cut to its file name (tests write runs in scratch dirs).
@@ -30,21 +32,23 @@ def _defaults(head: dict) -> list:
 
 def _applies(rule: dict, e: dict) -> bool:
     """A default rule's "when": every key names a value the event has ("cat", "ph", a
-    list of them), and "without" args the event must lack."""
+    list of them), "with" args the event must have and "without" args it must lack."""
     when = rule.get("when", {})
+    args = e.get("args") or {}
     for k, want in when.items():
         if k == "without":
-            if any(a in (e.get("args") or {}) for a in want):
+            if any(a in args for a in want):
+                return False
+        elif k == "with":
+            if not all(a in args for a in want):
                 return False
         elif e.get(k) not in (want if isinstance(want, list) else [want]):
             return False
     return True
 
 
-def events(data: bytes) -> tuple:
-    """(the events with defaults put back, the document's other keys)."""
-    doc = json.loads(data, parse_float=decimal.Decimal)
-    evs = doc.pop("traceEvents")
+def with_defaults(evs: list) -> list:
+    """The events, each given the args the trace's defaults say it left out."""
     head = next(e for e in evs if e.get("ph") == "M" and e.get("name") == "clockalign")
     rules = _defaults(head)
     for e in evs:
@@ -55,7 +59,22 @@ def events(data: bytes) -> tuple:
                 args = e.setdefault("args", {})
                 for k, v in rule["args"].items():
                     args.setdefault(k, v)
-    return evs, doc
+    return evs
+
+
+def loads(text) -> dict:
+    """The trace as json.loads reads it, its events' defaults put back (for tests that
+    look at events' args)."""
+    doc = json.loads(text)
+    with_defaults(doc["traceEvents"])
+    return doc
+
+
+def events(data: bytes) -> tuple:
+    """(the events with defaults put back, exact numbers; the document's other keys)."""
+    doc = json.loads(data, parse_float=decimal.Decimal)
+    evs = doc.pop("traceEvents")
+    return with_defaults(evs), doc
 
 
 def _plain(v):
@@ -71,6 +90,9 @@ def _plain(v):
 def content(data: bytes) -> dict:
     """What the trace shows (module doc): events by phase, each list sorted."""
     evs, doc = events(data)
+    starts = {(e.get("cat"), e.get("name"), _plain(e["id"])): [e.get("pid"), e.get("tid"),
+                                                              _ns(e["ts"])]
+              for e in evs if e.get("ph") == "s"}
     out = {}
     for e in evs:
         e = dict(e)
@@ -86,7 +108,9 @@ def content(data: bytes) -> dict:
             args["run"] = os.path.basename(args["run"])
             args.pop("defaults", None)
         row["args"] = args
-        for k in ("id", "bp", "s"):
+        if "id" in e:              # a flow: named by where it starts (ids are per cat, name)
+            row["id"] = starts.get((row["cat"], row["name"], _plain(e.pop("id"))))
+        for k in ("bp", "s"):
             if k in e:
                 row[k] = _plain(e.pop(k))
         assert not e, f"fields not read: {sorted(e)}"

@@ -5,11 +5,16 @@ GPU counters ``"C"`` (one pseudo-process per GPU), fault chains flows ``"s"``/``
 bound to the enclosing slice, names ``"M"`` (process_name, thread_name); the GPU executions
 of a --gpu-activity run, one thread per GPU stream, with flows from their launch calls
 (gpu_json.py).  Times are µs
-with the nanoseconds as three decimals (``"ts":1000001.003``), MONOTONIC like the native
-export; pointers are hex strings (``"0x7f0000001040"``).  JSON has no child tracks: off-CPU
-tracks and overflow lanes (model.py) are pseudo-threads with tids from 2^30 up, named
-"<tid> off-CPU" etc. in their metadata.  Records are padded with spaces where JSON allows
-whitespace (see below), so every parser reads them as written.
+with only the decimals their nanoseconds need (``"ts":1000001.003``, ``1000001.5``,
+``1000001``: exact to the ns), MONOTONIC like the native export; pointers are hex strings
+(``"0x7f0000001040"``).  JSON has no child tracks: off-CPU tracks and overflow lanes
+(model.py) are pseudo-threads with tids from 2^30 up, named "<tid> off-CPU" etc. in their
+metadata.  The text is as small as the format lets it be: no whitespace but one newline
+a record (jsonrows.py), and args that hold their usual value (a call's CUDA_SUCCESS, a
+launch's shared_mem 0, a GPU execution's raw timestamps and no CUDA graph) left out and
+said once, as the rules jsonrows.DEFAULTS, in the args of the first record ("M",
+"clockalign": "defaults"); uncertainties (unc_ns, end_unc_ns) are written wherever they
+are not 0.
 
     with open("run.json", "wb") as f:
         stats = write_chrome_json(tl, f)        # pipeline.export(tl, JsonWriter(f))
@@ -21,7 +26,7 @@ import numpy as np
 from ..store.counter_fields import FIELDS
 from . import jsontext as jt
 from .gpu_json import flow_starts, write_gpu_json
-from .jsonrows import SEP, Row, Texts, gather, interleave, js
+from .jsonrows import DEFAULTS, SEP, Row, Texts, defaults_for, gather, interleave, js
 from .model import TraceModel
 from .pipeline import export
 from .rows import ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR
@@ -89,14 +94,20 @@ def _shape_text(b, rows, texts, tracks) -> np.ndarray:
     row.const(b',"args":{')
     sl = b.slots
     sep = b""
-    for k in np.flatnonzero(sl.present[:, r0]).tolist():
-        row.const(sep + _KEY_JS[int(sl.name[k, r0])])
-        sep = b","
+    present = np.flatnonzero(sl.present[:, r0]).tolist()
+    dflt = defaults_for("X" if sliced else "i", CATEGORIES[int(b.cat[r0])],
+                        [ANN_NAMES[int(sl.name[k, r0])] for k in present])
+    for k in present:
         vt = int(sl.vtype[k, r0])
         v = sl.value[k, rows]
         lo, hi = int(v.min()), int(v.max())
-        if lo == hi:
-            row.const(_value_text(vt, lo, items))
+        const = _value_text(vt, lo, items) if lo == hi else None
+        if const is not None and dflt.get(ANN_NAMES[int(sl.name[k, r0])]) == const:
+            continue                       # the default, said once (jsonrows.DEFAULTS)
+        row.const(sep + _KEY_JS[int(sl.name[k, r0])])
+        sep = b","
+        if const is not None:
+            row.const(const)
         elif vt == V_INT:
             vi = v.view(np.int64)
             m = max(abs(int(vi.min())), abs(int(vi.max())))
@@ -146,7 +157,7 @@ class JsonWriter:
         self.model = model
         head = {"ph": "M", "name": "clockalign", "pid": 0, "tid": 0,
                 "args": {"clock": "MONOTONIC", "clock_snapshot": snap.describe(),
-                         "run": str(tl.path)}}
+                         "run": str(tl.path), "defaults": DEFAULTS}}
         self.raw(b'{"traceEvents":[\n' + _dumps(head).encode(), 1)
 
     def end(self, tl, snap):

@@ -23,7 +23,35 @@ from .jsontext import PAD
 
 SEP = b",\n"
 SP = PAD
+
+# Args left out of the events that hold the value nearly all of them have, and said once,
+# in the "clockalign" metadata record's args ("defaults"): a reader puts a rule's args back
+# on each event it matches that lacks them.  An event matches when it has each "when" key
+# with that value (or one of those listed), every arg named in "with", none in "without".
+DEFAULTS = [
+    {"when": {"ph": "X", "cat": ["cuda", "stream"], "without": ["running_ns"]},
+     "args": {"result": "CUDA_SUCCESS"}},           # a failed call names its error too
+    {"when": {"ph": "X", "cat": ["cuda", "stream"], "with": ["grid"]},
+     "args": {"shared_mem": 0}},                     # a launch with no dynamic shared memory
+    {"when": {"ph": "X", "cat": "gpu"}, "args": {"timestamps": "raw"}},
+    {"when": {"ph": "X", "cat": "gpu", "with": ["grid"]},
+     "args": {"graph": {"id": 0, "node": 0}}},       # a kernel launched outside a graph
+]
 WIDE_SHARE = 64        # shapes holding at most 1/64 of a batch may be wider than the matrix
+
+
+def defaults_for(ph: str, cat: str, keys) -> dict:
+    """Arg name -> JSON text of its default (DEFAULTS) for an event of phase ``ph`` and
+    category ``cat`` whose args are named ``keys``."""
+    keys, out = set(keys), {}
+    for rule in DEFAULTS:
+        w = rule["when"]
+        if all(v in (w[k] if isinstance(w[k], list) else [w[k]])
+               for k, v in (("ph", ph), ("cat", cat)) if k in w) and (
+                set(w.get("with", ())) <= keys and not keys & set(w.get("without", ()))):
+            out.update({a: json.dumps(v, separators=(",", ":")).encode()
+                        for a, v in rule["args"].items()})
+    return out
 
 
 def js(s) -> bytes:
