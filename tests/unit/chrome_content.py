@@ -3,7 +3,7 @@ whatever text the writer chose, and that content in one canonical form.
 
 Each event becomes its phase, name, category, pid/tid, time and duration in integer
 nanoseconds (read from the µs text exactly, with decimal.Decimal), flow, binding point,
-scope and args; a flow event's id becomes the pid, tid and time of the "s" that starts
+scope (an instant's is "t" unless it names another: the format's default) and args; a flow event's id becomes the pid, tid and time of the "s" that starts
 its flow (a viewer pairs flow events by id, category and name: the number itself means
 nothing); args a writer left out because they hold the default the trace's
 "clockalign" metadata record names (its args' "defaults") are put back first, so a writer
@@ -110,9 +110,10 @@ def content(data: bytes) -> dict:
         row["args"] = args
         if "id" in e:              # a flow: named by where it starts (ids are per cat, name)
             row["id"] = starts.get((row["cat"], row["name"], _plain(e.pop("id"))))
-        for k in ("bp", "s"):
-            if k in e:
-                row[k] = _plain(e.pop(k))
+        if row["ph"] in ("i", "I"):     # an instant's scope: thread unless it says so
+            row["s"] = e.pop("s", "t")
+        if "bp" in e:
+            row["bp"] = e.pop("bp")
         assert not e, f"fields not read: {sorted(e)}"
         out.setdefault(row["ph"], []).append(row)
     key = lambda r: json.dumps(r, sort_keys=True)       # noqa: E731

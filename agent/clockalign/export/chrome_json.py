@@ -1,6 +1,7 @@
 """Chrome JSON trace (Trace Event Format), streamed: the format every trace viewer reads.
 
-Slices are complete events (``"ph":"X"``, so nothing needs balancing), instants ``"i"``,
+Slices are complete events (``"ph":"X"``, so nothing needs balancing), instants ``"i"``
+(thread-scoped: the format's default scope, so no ``"s"``),
 GPU counters ``"C"`` (one pseudo-process per GPU), fault chains flows ``"s"``/``"t"``/``"f"``
 bound to the enclosing slice, names ``"M"`` (process_name, thread_name); the GPU executions
 of a --gpu-activity run, one thread per GPU stream, with flows from their launch calls
@@ -33,7 +34,7 @@ from .rows import ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR
 
 _CAT_JS = [js(c) for c in CATEGORIES]
 _KEY_JS = [js(a) + b":" for a in ANN_NAMES]
-_HEAD = {True: b'{"ph":"X","cat":', False: b'{"ph":"i","s":"t","cat":'}
+_HEAD = {True: b'{"ph":"X","cat":', False: b'{"ph":"i","cat":'}   # "i": thread scope, the default
 _BOOLS = np.array([list(b"false"), list(b"true\0")], dtype=np.uint8)      # \0: jt.PAD
 
 
@@ -265,7 +266,7 @@ class JsonWriter:
             ts = int(f.chain[step]["t_ns"])
             hits.setdefault(fi, []).append((ts, step, t.json_pid, t.json_tid, last))
             self.declare(tr.take_new())
-            self.record({"ph": "i", "s": "t", "cat": "fault", "pid": t.json_pid,
+            self.record({"ph": "i", "cat": "fault", "pid": t.json_pid,
                          "tid": t.json_tid,
                          "name": f"after {f.name}: {f.chain[step].get('what', 'step')}",
                          "args": {"step": step}}, ts)
@@ -282,7 +283,7 @@ class JsonWriter:
                 args["gpu"] = int(f.gpu)
             if f.pid:
                 args["pid"] = int(f.pid)
-            self.record({"ph": "i", "s": "t", "cat": "fault", "name": f.name,
+            self.record({"ph": "i", "cat": "fault", "name": f.name,
                          "pid": t.json_pid, "tid": t.json_tid, "args": _jsonable(args)},
                         int(f.t_ns))
             steps = sorted(hits.get(i, []))
