@@ -57,3 +57,30 @@ if __name__ == "__main__":
         json.dump(doc, f, indent=1, sort_keys=True)
         f.write("\n")
     print(f"wrote {STORED}")
+
+
+def test_every_record_is_as_small_as_its_json(tmp_path):
+    """No byte the format does not need: each record (one a line) is exactly the compact
+    json.dumps of what it holds, so no padding, no whitespace, no trailing zero in a µs
+    decimal; args holding their default are left out, said once in the first record."""
+    from clockalign.export.chrome_json import write_chrome_json
+    from clockalign.export.jsonrows import DEFAULTS
+    from clockalign.timeline import Timeline
+    for name in ("synthetic-faults", "gpu-activity"):
+        run = str(tmp_path / f"{name}.ca")
+        _runs()[name][0](run)
+        out = tmp_path / f"{name}.json"
+        with open(out, "wb") as f:
+            write_chrome_json(Timeline.open(run), f)
+        data = out.read_bytes()
+        lines = data.decode().split("\n")
+        assert lines[0] == '{"traceEvents":[' and lines[-1] == ""
+        records = [ln[:-1] if ln.endswith(",") else ln for ln in lines[1:-2]]
+        assert len(records) > 200
+        for r in records:
+            assert json.dumps(json.loads(r), ensure_ascii=False, separators=(",", ":")) == r
+        evs = json.loads(data)["traceEvents"]
+        assert evs[0]["name"] == "clockalign" and evs[0]["args"]["defaults"] == DEFAULTS
+        calls = [e for e in evs if e["ph"] == "X" and e["cat"] == "cuda"]
+        assert calls and not any(e["args"].get("result") == "CUDA_SUCCESS" for e in calls)
+        assert any("." in str(e["ts"]) for e in evs if "ts" in e)      # ns kept where there

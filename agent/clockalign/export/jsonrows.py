@@ -146,8 +146,8 @@ def interleave(n: int, shapes: list):
     pieces, prev = [], 0
     for k in np.argsort(at, kind="stable").tolist():
         r = int(at[k])
-        pieces.append(text(mat[prev:r]))
-        pieces.append(text(texts[k]))
+        pieces.append(mat[prev:r].reshape(-1))
+        pieces.append(texts[k])
         prev = r + 1
-    pieces.append(text(mat[prev:]))
-    return b"".join(pieces)
+    pieces.append(mat[prev:].reshape(-1))
+    return text(np.frombuffer(b"".join(pieces), dtype=np.uint8))
