@@ -112,11 +112,19 @@ class Row:
         return m
 
 
-def text(m: np.ndarray) -> np.ndarray:
-    """The bytes of row matrix (or row) ``m`` with every PAD byte cut out, as one uint8 array
-    (a bytes-like object: written and joined as it is)."""
-    m = m.reshape(-1)
-    return m[m != PAD]
+def text(m: np.ndarray, chunk: int = 1 << 20) -> np.ndarray:
+    """The bytes of row matrix ``m`` (writable, the caller's to spend) with every PAD byte
+    cut out, as a uint8 view of its start (bytes-like: written and joined as it is).  Cut in
+    place, a chunk at a time, so no mask or copy as big as the matrix is made: a chunk's
+    kept bytes never land past the chunk's own start."""
+    flat = m.reshape(-1)
+    w = 0
+    for a in range(0, len(flat), chunk):
+        kept = flat[a:a + chunk]
+        kept = kept[kept != PAD]
+        flat[w:w + len(kept)] = kept
+        w += len(kept)
+    return flat[:w]
 
 
 def gather(dst, table, idx):
@@ -150,4 +158,4 @@ def interleave(n: int, shapes: list):
         pieces.append(texts[k])
         prev = r + 1
     pieces.append(mat[prev:].reshape(-1))
-    return text(np.frombuffer(b"".join(pieces), dtype=np.uint8))
+    return text(np.concatenate(pieces))
