@@ -4,6 +4,7 @@ Every expected number comes from the run file itself (RunReader), never from the
 """
 import collections
 import json
+from decimal import Decimal
 import os
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ from clockalign.store.schema import CUDA_FUNCTIONS, EVENT_DTYPE, Chunk, Kind, un
 from clockalign.store.writer import RunWriter
 from clockalign.timeline import Timeline
 from tests.unit import pftrace as pfdecode
+from tests.unit import chrome_content
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "synthetic-report", "run.ca")
 SLICE_KINDS = (Kind.CUDA, Kind.CUDA_UNFINISHED, Kind.CONNECT, Kind.SCHED)
@@ -228,7 +230,7 @@ def test_perfetto_content(pftrace, run):
 def test_json_structure_and_counts(run, kinds, tmp_path):
     out = tmp_path / "run.json"
     export_run(Timeline.open(run), str(out), "chrome-json")
-    doc = json.loads(out.read_text())
+    doc = chrome_content.loads(out.read_text())
     evs = doc["traceEvents"]
     by = collections.Counter(e["ph"] for e in evs)
     assert by["X"] == sum(kinds[k] for k in SLICE_KINDS) + stream_work(run)
@@ -344,7 +346,7 @@ def test_stream_work_on_one_track_per_stream(tmp_path):
     assert all(d[t.parent_uuid].HasField("process") for t in streams)
     assert len(seen["slices"]) == len(rows) + 7         # every call once, stream work twice
     export_run(Timeline.open(path), str(tmp_path / "s.json"), "chrome-json")
-    evs = json.loads((tmp_path / "s.json").read_text())["traceEvents"]
+    evs = chrome_content.loads((tmp_path / "s.json").read_text())["traceEvents"]
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in evs
              if e["ph"] == "M" and e["name"] == "thread_name"}
     st = [e for e in evs if e["ph"] == "X" and e["cat"] == "stream"]
@@ -404,7 +406,7 @@ def test_json_holds_every_call_as_the_run_has_it(run, tmp_path):
     """Each CUDA call's slice carries the run's own values: name, times, every argument."""
     out = tmp_path / "run.json"
     export_run(Timeline.open(run), str(out), "chrome-json")
-    evs = json.loads(out.read_text())["traceEvents"]
+    evs = chrome_content.loads(out.read_text())["traceEvents"]
     tids = {e["args"]["name"]: e["tid"] for e in evs if e.get("name") == "thread_name"}
     got = {}
     for e in evs:
@@ -447,7 +449,7 @@ def test_json_rare_wide_record_keeps_its_place(tmp_path):
     out = tmp_path / "wide.json"
     export_run(Timeline.open(path), str(out), "chrome-json")
     text = out.read_text()
-    evs = [e for e in json.loads(text)["traceEvents"] if e["ph"] == "X"]
+    evs = [e for e in chrome_content.loads(text)["traceEvents"] if e["ph"] == "X"]
     assert len(evs) == 301
     assert [round(e["ts"] * 1000) for e in evs] == sorted(round(e["ts"] * 1000) for e in evs)
     conn = [e for e in evs if e["cat"] == "net"]
@@ -505,30 +507,41 @@ def test_overlong_varints_parse_with_perfetto_classes():
 
 
 def test_text_into_place():
-    """The fixed-width writers the JSON rows use, against Python's own formatting."""
+    """The fixed-width writers the JSON rows use, against Python's own formatting: numbers
+    right-aligned after PAD bytes, µs with only the decimals the ns need."""
+    pad = chr(jt.PAD)
     rng = np.random.default_rng(5)
     u = np.concatenate([np.array([0, 9, 10, 9999, 10000, 10**15, 2**64 - 1], np.uint64),
                         rng.integers(0, 2**63, 300).astype(np.uint64)])
     w = jt.decimal_digits(int(u.max()))
     d = np.zeros((len(u), w), np.uint8)
     jt.put_decimal(d, u)
-    assert [bytes(r).decode() for r in d] == [str(v).rjust(w) for v in u.tolist()]
+    assert [bytes(r).decode() for r in d] == [str(v).rjust(w, pad) for v in u.tolist()]
     s = np.array([-5, 0, 70, -(2**63), 2**63 - 1, -1000], np.int64)
     d = np.zeros((len(s), 20), np.uint8)
     jt.put_signed(d, s)
-    assert [bytes(r).decode() for r in d] == [str(v).rjust(20) for v in s.tolist()]
-    ns = np.concatenate([np.array([0, 1, 999, 1000, -1, -1500, 2**63 - 1], np.int64),
-                         rng.integers(-10**13, 10**17, 300)])
+    assert [bytes(r).decode() for r in d] == [str(v).rjust(20, pad) for v in s.tolist()]
+    ns = np.concatenate([np.array([0, 1, 999, 1000, -1, -1500, 1500, 1230, 2**63 - 1],
+                                  np.int64), rng.integers(-10**13, 10**17, 300)])
     w = jt.micros_width(ns)
     d = np.zeros((len(ns), w), np.uint8)
     jt.put_micros(d, ns)
-    want = [("-" if v < 0 else "") + f"{abs(v) // 1000}.{abs(v) % 1000:03d}" for v in ns.tolist()]
-    assert [bytes(r).decode() for r in d] == [x.rjust(w) for x in want]
+    got = [bytes(r).decode() for r in d]
+    assert [g.strip(pad) for g in got] == [_micros_text(v) for v in ns.tolist()]
+    assert all(g.rstrip(pad)[-1] != "0" or "." not in g for g in got)
+    assert [g.strip(pad) for g in got][:9] == ["0", "0.001", "0.999", "1", "-0.001", "-1.5",
+                                              "1.5", "1.23", "9223372036854775.807"]
+    assert {Decimal(g.strip(pad)) * 1000 for g in got} == set(ns.tolist())
     nd = jt.hex_digits(u)
     d = np.full((len(u), int(nd.max()) + 1), 32, np.uint8)
     jt.put_hex(d, u, nd)
     assert [bytes(r).decode() for r in d] == [(f"{v:x}" + '"').ljust(d.shape[1])
                                               for v in u.tolist()]
+
+
+def _micros_text(ns: int) -> str:
+    s = str(Decimal(ns) / 1000)
+    return s.rstrip("0").rstrip(".") if "." in s else s
 
 
 @pytest.mark.skipif(not os.environ.get("CLOCKALIGN_TRACE_PROCESSOR"),

@@ -11,6 +11,7 @@ from clockalign.export.window import Selection
 from clockalign.store import cuda_api
 from clockalign.store.schema import KIND_NAMES, Kind
 from clockalign.timeline import Timeline
+from tests.unit import chrome_content
 from tests.unit.gpu_runs import PID, PID2, make_gpu_run
 from tests.unit.test_export import DATA, SLICE_KINDS, _cli, check_trace, parse
 
@@ -77,7 +78,7 @@ def test_kind_filter_keeps_only_those_kinds(tmp_path):
     out = tmp_path / "k.json"
     stats = export_run(tl, str(out), "chrome-json", select=Selection.parse(tl, kinds=["sched"]))
     assert set(stats["events"]) == {Kind.SCHED} and stats["counters"] == stats["faults"] == 0
-    evs = json.loads(out.read_text())["traceEvents"]
+    evs = chrome_content.loads(out.read_text())["traceEvents"]
     assert {e["cat"] for e in evs if e["ph"] not in ("M",)} == {"sched"}
     assert sum(e["ph"] == "X" for e in evs) == int((tl.events()["kind"] == Kind.SCHED).sum())
 
@@ -151,7 +152,7 @@ def test_cli_window_in_seconds(tmp_path, capsys):
     ev = tl.events()
     sel, _, _ = _expected(ev[ev["kind"] == Kind.CUDA], tl.start_ns + 2_500_000_000,
                           tl.start_ns + 4_000_000_000)
-    evs = json.loads(out.read_text())["traceEvents"]
+    evs = chrome_content.loads(out.read_text())["traceEvents"]
     assert sum(e["ph"] == "X" and e["cat"] == "cuda" for e in evs) == len(sel) > 0
 
 

@@ -9,6 +9,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
 from . import gpu_runs as g
 from . import pftrace
+from . import chrome_content
 from clockalign.cli.main import cli
 from clockalign.export import export_run
 from clockalign.report import build_report
@@ -161,8 +162,7 @@ def test_chrome_json_has_every_dumped_execution_on_its_stream_thread_with_flows(
                                    "chrome-json"])
     assert res.exit_code == 0, res.output
     assert "210 GPU executions (200 with a flow" in res.output
-    doc = json.loads(out.read_text(), parse_float=Decimal)      # the µs text, exactly
-    ev = doc["traceEvents"]
+    ev, _ = chrome_content.events(out.read_bytes())    # the µs text, exactly; defaults put back
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
                if e["ph"] == "M" and e["name"] == "thread_name"}
     gpu = {(e["args"]["pid"], e["args"]["correlation"]): e for e in ev
@@ -379,7 +379,7 @@ def test_flows_start_on_launches_seen_at_entry_only(tmp_path):
     assert {n for _, n in starts.values()} == {"cuLaunchKernel", "cuMemsetD8Async"}
     assert all(ends[f] > ts for f, (ts, _) in starts.items())       # the GPU ran it after
     export_run(tl, str(tmp_path / "e.json"), "chrome-json")
-    evs = json.loads((tmp_path / "e.json").read_text())["traceEvents"]
+    evs = chrome_content.loads((tmp_path / "e.json").read_text())["traceEvents"]
     s = {e["id"] for e in evs if e.get("ph") == "s" and e.get("cat") == "gpu"}
     f = {e["id"] for e in evs if e.get("ph") == "f" and e.get("cat") == "gpu"}
     assert len(s) == 200 and s == f

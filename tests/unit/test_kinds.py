@@ -19,6 +19,7 @@ from clockalign.store.schema import EVENT_DTYPE, Chunk, Kind
 from clockalign.store.writer import RunWriter
 from clockalign.timeline import Timeline
 from tests.unit import pftrace
+from tests.unit import chrome_content
 from clockalign.timeline.stamps import STAMP_UNC_NS, probe_type
 from clockalign.watch.aggregate import ENTRY_ONLY, Aggregator
 from clockalign.watch.metrics import build_registry
@@ -84,7 +85,7 @@ def test_dump_fields(run):
 def test_export_draws_entries_as_instant_calls(run, tmp_path):
     out = tmp_path / "t.json"
     export_run(Timeline.open(run), str(out), "chrome-json")
-    evs = json.loads(out.read_text())["traceEvents"]
+    evs = chrome_content.loads(out.read_text())["traceEvents"]
     launches = [e for e in evs if e.get("name") == "cuLaunchKernel" and e.get("cat") == "cuda"]
     assert len(launches) == ENTRIES and all(e["ph"] == "i" for e in launches)
     assert all(e["args"]["result"] == "not seen (entry only)" for e in launches)

@@ -1,15 +1,21 @@
 """Chrome JSON trace (Trace Event Format), streamed: the format every trace viewer reads.
 
-Slices are complete events (``"ph":"X"``, so nothing needs balancing), instants ``"i"``,
+Slices are complete events (``"ph":"X"``, so nothing needs balancing), instants ``"i"``
+(thread-scoped: the format's default scope, so no ``"s"``),
 GPU counters ``"C"`` (one pseudo-process per GPU), fault chains flows ``"s"``/``"t"``/``"f"``
 bound to the enclosing slice, names ``"M"`` (process_name, thread_name); the GPU executions
 of a --gpu-activity run, one thread per GPU stream, with flows from their launch calls
 (gpu_json.py).  Times are µs
-with the nanoseconds as three decimals (``"ts":1000001.003``), MONOTONIC like the native
-export; pointers are hex strings (``"0x7f0000001040"``).  JSON has no child tracks: off-CPU
-tracks and overflow lanes (model.py) are pseudo-threads with tids from 2^30 up, named
-"<tid> off-CPU" etc. in their metadata.  Records are padded with spaces where JSON allows
-whitespace (see below), so every parser reads them as written.
+with only the decimals their nanoseconds need (``"ts":1000001.003``, ``1000001.5``,
+``1000001``: exact to the ns), MONOTONIC like the native export; pointers are hex strings
+(``"0x7f0000001040"``).  JSON has no child tracks: off-CPU tracks and overflow lanes
+(model.py) are pseudo-threads with tids from 2^30 up, named "<tid> off-CPU" etc. in their
+metadata.  The text is as small as the format lets it be: no whitespace but one newline
+a record (jsonrows.py), and args that hold their usual value (a call's CUDA_SUCCESS, a
+launch's shared_mem 0, a GPU execution's raw timestamps and no CUDA graph) left out and
+said once, as the rules jsonrows.DEFAULTS, in the args of the first record ("M",
+"clockalign": "defaults"); uncertainties (unc_ns, end_unc_ns) are written wherever they
+are not 0.
 
     with open("run.json", "wb") as f:
         stats = write_chrome_json(tl, f)        # pipeline.export(tl, JsonWriter(f))
@@ -21,15 +27,15 @@ import numpy as np
 from ..store.counter_fields import FIELDS
 from . import jsontext as jt
 from .gpu_json import flow_starts, write_gpu_json
-from .jsonrows import SEP, Row, Texts, gather, interleave, js
+from .jsonrows import DEFAULTS, SEP, Row, Texts, defaults_for, gather, interleave, js
 from .model import TraceModel
 from .pipeline import export
 from .rows import ANN_NAMES, CATEGORIES, V_BOOL, V_INT, V_PTR, V_STR
 
 _CAT_JS = [js(c) for c in CATEGORIES]
 _KEY_JS = [js(a) + b":" for a in ANN_NAMES]
-_HEAD = {True: b'{"ph":"X","cat":', False: b'{"ph":"i","s":"t","cat":'}
-_BOOLS = np.array([list(b"false"), list(b"true ")], dtype=np.uint8)
+_HEAD = {True: b'{"ph":"X","cat":', False: b'{"ph":"i","cat":'}   # "i": thread scope, the default
+_BOOLS = np.array([list(b"false"), list(b"true\0")], dtype=np.uint8)      # \0: jt.PAD
 
 
 def _put_bools(dst, v):
@@ -89,14 +95,20 @@ def _shape_text(b, rows, texts, tracks) -> np.ndarray:
     row.const(b',"args":{')
     sl = b.slots
     sep = b""
-    for k in np.flatnonzero(sl.present[:, r0]).tolist():
-        row.const(sep + _KEY_JS[int(sl.name[k, r0])])
-        sep = b","
+    present = np.flatnonzero(sl.present[:, r0]).tolist()
+    dflt = defaults_for("X" if sliced else "i", CATEGORIES[int(b.cat[r0])],
+                        [ANN_NAMES[int(sl.name[k, r0])] for k in present])
+    for k in present:
         vt = int(sl.vtype[k, r0])
         v = sl.value[k, rows]
         lo, hi = int(v.min()), int(v.max())
-        if lo == hi:
-            row.const(_value_text(vt, lo, items))
+        const = _value_text(vt, lo, items) if lo == hi else None
+        if const is not None and dflt.get(ANN_NAMES[int(sl.name[k, r0])]) == const:
+            continue                       # the default, said once (jsonrows.DEFAULTS)
+        row.const(sep + _KEY_JS[int(sl.name[k, r0])])
+        sep = b","
+        if const is not None:
+            row.const(const)
         elif vt == V_INT:
             vi = v.view(np.int64)
             m = max(abs(int(vi.min())), abs(int(vi.max())))
@@ -146,11 +158,11 @@ class JsonWriter:
         self.model = model
         head = {"ph": "M", "name": "clockalign", "pid": 0, "tid": 0,
                 "args": {"clock": "MONOTONIC", "clock_snapshot": snap.describe(),
-                         "run": str(tl.path)}}
-        self.raw(b'{"traceEvents":[\n' + json.dumps(head).encode(), 1)
+                         "run": str(tl.path), "defaults": DEFAULTS}}
+        self.raw(b'{"traceEvents":[\n' + _dumps(head).encode(), 1)
 
     def end(self, tl, snap):
-        self.raw(b'\n],"displayTimeUnit":"ns","otherData":' + json.dumps(
+        self.raw(b'\n],"displayTimeUnit":"ns","otherData":' + _dumps(
             {"clock": "MONOTONIC", "clock_snapshot": snap.describe(),
              "truncated": tl.truncated}).encode() + b"}\n", 0)
 
@@ -170,7 +182,7 @@ class JsonWriter:
 
     def record(self, obj: dict, ts_ns: int = None):
         """One record; ``ts_ns`` is written as exact µs text (a float could round it)."""
-        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+        text = _dumps(obj)
         if ts_ns is not None:
             text = text[:-1] + f',"ts":{_us(int(ts_ns))}}}'
         self.raw(SEP + text.encode(), 1)
@@ -235,7 +247,7 @@ class JsonWriter:
                               rows["t_ns"].tolist(), rows["value"].tolist()):
             name, unit = FIELDS.get(f, (f"field {f}", ""))[:2]
             out.append(f'{{"ph":"C","name":{json.dumps(f"{name} ({unit})")},'
-                       f'"pid":{tr.gpu(g).json_pid},"ts":{t // 1000}.{t % 1000:03d},'
+                       f'"pid":{tr.gpu(g).json_pid},"ts":{_us(t)},'
                        f'"args":{{"value":{json.dumps(float(v)) if np.isfinite(v) else "null"}}}}}')
             if len(out) >= 65536:
                 self.raw(SEP + ",\n".join(out).encode(), len(out))
@@ -254,7 +266,7 @@ class JsonWriter:
             ts = int(f.chain[step]["t_ns"])
             hits.setdefault(fi, []).append((ts, step, t.json_pid, t.json_tid, last))
             self.declare(tr.take_new())
-            self.record({"ph": "i", "s": "t", "cat": "fault", "pid": t.json_pid,
+            self.record({"ph": "i", "cat": "fault", "pid": t.json_pid,
                          "tid": t.json_tid,
                          "name": f"after {f.name}: {f.chain[step].get('what', 'step')}",
                          "args": {"step": step}}, ts)
@@ -271,7 +283,7 @@ class JsonWriter:
                 args["gpu"] = int(f.gpu)
             if f.pid:
                 args["pid"] = int(f.pid)
-            self.record({"ph": "i", "s": "t", "cat": "fault", "name": f.name,
+            self.record({"ph": "i", "cat": "fault", "name": f.name,
                          "pid": t.json_pid, "tid": t.json_tid, "args": _jsonable(args)},
                         int(f.t_ns))
             steps = sorted(hits.get(i, []))
@@ -285,7 +297,13 @@ class JsonWriter:
 
 
 def _us(ns: int) -> str:
-    return f"{ns // 1000}.{ns % 1000:03d}"
+    """Exact µs text of int ns, with only the decimals it needs (jsontext.put_micros)."""
+    frac = f"{abs(ns) % 1000:03d}".rstrip("0")
+    return f"{'-' if ns < 0 else ''}{abs(ns) // 1000}" + (f".{frac}" if frac else "")
+
+
+def _dumps(obj) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 def _jsonable(v):

@@ -8,7 +8,9 @@ timestamps, which carry no bound: "timestamps":"converted"), pid, device, gpu, s
 correlation, grid/block/shared_mem/graph (CUDA graph id and node id; 0: none) or bytes (value for memsets), and the launching call.
 A flow ("s" on the launch call's slice, "f" bound to the execution's enclosing slice,
 cat "gpu", name "launch") joins each execution to the BPF-probed call that launched it;
-ids are ``JSON_FLOW_BASE`` + row + 1 (below 2^53: JavaScript reads them exactly).  A call
+ids are the execution's row + 1: a viewer pairs flow events by id, category and name
+(Perfetto's JSON importer: FlowTracker::GetFlowIdForV1Event(id, cat, name)), so they are
+apart from the fault chains' ids (cat "fault") however small.  A call
 seen at its entry only (record --cuda-returns blocking) is an instant "i": its "s" is
 written too, but an "s" binds to an enclosing slice, so a viewer (Perfetto's JSON importer
 among them) may draw no flow from it; the Perfetto export puts the flow on the instant.
@@ -16,18 +18,21 @@ among them) may draw no flow from it; the Perfetto export puts the flow on the i
     flows = LaunchFlows(acts); model.gpu_flows = flows     # launch ends while streaming
     ... stream(model, writer) ...                          # JsonWriter.encode: the "s"
     write_gpu_json(writer, acts, flows)                    # the "X" and "f" records
+
+Args holding their default (jsonrows.DEFAULTS: "timestamps":"raw", no CUDA graph) are left
+out, said once in the trace's "clockalign" metadata record.
 """
 import numpy as np
 
 from ..store.schema import GpuKind, unpack_dims
 from ..timeline.gpu_activity import LAUNCH_BPF, LAUNCH_NONE
 from . import jsontext as jt
-from .jsonrows import SEP, Row, Texts, gather, interleave, js
+from .jsonrows import SEP, Row, Texts, gather, interleave, js, text
 from .gpu_tracks import activity_names, batches, layout, take, take_rows
 from .pipeline import in_order
 from .rows import BATCH_ROWS
 
-JSON_FLOW_BASE = 1 << 40
+JSON_FLOW_BASE = 0          # flow id = row + 1 + this (see above)
 _FLOW = b'"cat":"gpu","name":"launch","id":'
 
 
@@ -75,7 +80,7 @@ def flow_starts(b, tracks) -> bytes:
     _num(row, ids)
     _track_ts(row, b.track[at], b.start[at], tracks)
     row.const(b"}")
-    return row.build(len(at)).tobytes()
+    return text(row.build(len(at))).tobytes()
 
 
 def _shape_text(e, start, end, track, texts, name_ix, fn_ix, tracks) -> np.ndarray:
@@ -92,7 +97,7 @@ def _shape_text(e, start, end, track, texts, name_ix, fn_ix, tracks) -> np.ndarr
         _num(row, e["unc_ns"])
         row.const(b',"end_unc_ns":')
         _num(row, e["end_unc_ns"])
-        row.const(b',"timestamps":"raw","pid":')
+        row.const(b',"pid":')                     # "timestamps":"raw": jsonrows.DEFAULTS
     else:
         row.const(b'null,"end_unc_ns":null,"timestamps":"converted","pid":')
     for key, col in (("pid", None), ("device", b',"device":'), ("gpu", b',"gpu":'),
@@ -112,11 +117,12 @@ def _shape_text(e, start, end, track, texts, name_ix, fn_ix, tracks) -> np.ndarr
             row.const(b"]")
         row.const(b',"shared_mem":')
         _num(row, e["shmem"])
-        row.const(b',"graph":{"id":')
-        _num(row, e["aux"])
-        row.const(b',"node":')
-        _num(row, e["graph_node"])
-        row.const(b"}")
+        if e["aux"].any() or e["graph_node"].any():     # none: jsonrows.DEFAULTS
+            row.const(b',"graph":{"id":')
+            _num(row, e["aux"])
+            row.const(b',"node":')
+            _num(row, e["graph_node"])
+            row.const(b"}")
     else:
         row.const(b',"bytes":')
         _num(row, e["bytes"])
@@ -146,7 +152,7 @@ def _flow_ends(rows, start, track, tracks) -> bytes:
     _num(row, rows.astype(np.int64) + JSON_FLOW_BASE + 1)
     _track_ts(row, track, start, tracks)
     row.const(b"}")
-    return row.build(len(rows)).tobytes()
+    return text(row.build(len(rows))).tobytes()
 
 
 def _fn_key(r, idx) -> np.ndarray:

@@ -3,9 +3,11 @@ rows (chrome_json.py) and the GPU executions (gpu_json.py) share.
 
 Bulk rows are built by shape (same kind, name and annotations): a shape's rows share one
 template row, and only what varies (thread, times, values) is written into its holes,
-numbers right-aligned with leading spaces and strings padded after their closing quote
-(JSON allows whitespace between tokens).  The batch is then one matrix of rows, each
-row padded with spaces after its closing brace, written out as it is.  A rare shape much
+numbers right-aligned after PAD bytes and strings padded with PAD after their closing
+quote.  The batch is then one matrix of rows, each row padded with PAD after its closing
+brace; PAD (NUL) is never part of JSON text (json.dumps escapes control characters, UTF-8
+has no zero byte in a multi-byte character), so cutting every PAD byte out of the matrix
+(``text``) leaves each record with no byte the format does not need.  A rare shape much
 wider than the rest is written between the matrix's rows rather than widening them all.
 
     row = Row(SEP + b'{"ph":"X","name":"k","ts":')
@@ -17,9 +19,39 @@ import json
 
 import numpy as np
 
+from .jsontext import PAD
+
 SEP = b",\n"
-SP = 32
+SP = PAD
+
+# Args left out of the events that hold the value nearly all of them have, and said once,
+# in the "clockalign" metadata record's args ("defaults"): a reader puts a rule's args back
+# on each event it matches that lacks them.  An event matches when it has each "when" key
+# with that value (or one of those listed), every arg named in "with", none in "without".
+DEFAULTS = [
+    {"when": {"ph": "X", "cat": ["cuda", "stream"], "without": ["running_ns"]},
+     "args": {"result": "CUDA_SUCCESS"}},           # a failed call names its error too
+    {"when": {"ph": "X", "cat": ["cuda", "stream"], "with": ["grid"]},
+     "args": {"shared_mem": 0}},                     # a launch with no dynamic shared memory
+    {"when": {"ph": "X", "cat": "gpu"}, "args": {"timestamps": "raw"}},
+    {"when": {"ph": "X", "cat": "gpu", "with": ["grid"]},
+     "args": {"graph": {"id": 0, "node": 0}}},       # a kernel launched outside a graph
+]
 WIDE_SHARE = 64        # shapes holding at most 1/64 of a batch may be wider than the matrix
+
+
+def defaults_for(ph: str, cat: str, keys) -> dict:
+    """Arg name -> JSON text of its default (DEFAULTS) for an event of phase ``ph`` and
+    category ``cat`` whose args are named ``keys``."""
+    keys, out = set(keys), {}
+    for rule in DEFAULTS:
+        w = rule["when"]
+        if all(v in (w[k] if isinstance(w[k], list) else [w[k]])
+               for k, v in (("ph", ph), ("cat", cat)) if k in w) and (
+                set(w.get("with", ())) <= keys and not keys & set(w.get("without", ()))):
+            out.update({a: json.dumps(v, separators=(",", ":")).encode()
+                        for a, v in rule["args"].items()})
+    return out
 
 
 def js(s) -> bytes:
@@ -70,7 +102,7 @@ class Row:
 
     def hole(self, width: int, fill, *args):
         self.holes.append((len(self.tpl), width, fill, args))
-        self.tpl += b" " * width
+        self.tpl += bytes([PAD]) * width
 
     def build(self, rows: int) -> np.ndarray:
         m = np.empty((rows, len(self.tpl)), dtype=np.uint8)
@@ -78,6 +110,21 @@ class Row:
         for off, w, fill, args in self.holes:
             fill(m[:, off:off + w], *args)
         return m
+
+
+def text(m: np.ndarray, chunk: int = 1 << 20) -> np.ndarray:
+    """The bytes of row matrix ``m`` (writable, the caller's to spend) with every PAD byte
+    cut out, as a uint8 view of its start (bytes-like: written and joined as it is).  Cut in
+    place, a chunk at a time, so no mask or copy as big as the matrix is made: a chunk's
+    kept bytes never land past the chunk's own start."""
+    flat = m.reshape(-1)
+    w = 0
+    for a in range(0, len(flat), chunk):
+        kept = flat[a:a + chunk]
+        kept = kept[kept != PAD]
+        flat[w:w + len(kept)] = kept
+        w += len(kept)
+    return flat[:w]
 
 
 def gather(dst, table, idx):
@@ -88,7 +135,7 @@ def interleave(n: int, shapes: list):
     """One batch's rows in row order from its shapes' matrices: one matrix as wide as the
     shapes that hold most rows, and the rows of rare wider shapes written between its rows."""
     if len(shapes) == 1 and len(shapes[0][0]) == n:
-        return shapes[0][1].reshape(-1)
+        return text(shapes[0][1])
     by_width = sorted(shapes, key=lambda s: -s[1].shape[1])
     wide, spare = [], n // WIDE_SHARE
     for s in by_width[:-1]:
@@ -101,7 +148,7 @@ def interleave(n: int, shapes: list):
     for rows, m in by_width[len(wide):]:
         mat[rows, :m.shape[1]] = m
     if not wide:
-        return mat.reshape(-1)
+        return text(mat)
     at = np.concatenate([rows for rows, _ in wide])
     texts = [m[i] for _, m in wide for i in range(len(m))]
     pieces, prev = [], 0
@@ -111,4 +158,4 @@ def interleave(n: int, shapes: list):
         pieces.append(texts[k])
         prev = r + 1
     pieces.append(mat[prev:].reshape(-1))
-    return b"".join(pieces)
+    return text(np.concatenate(pieces))

@@ -2,11 +2,12 @@
 
 Each writer fills a hole of a row matrix in place (``dst``: uint8 (rows, w), a column slice
 of the matrix), so no per-part buffer is made and copied again.  Numbers are right-aligned
-with leading spaces (whitespace is allowed between JSON tokens); four digits at a time
-come from one table lookup.
+after ``PAD`` bytes (NUL: never part of JSON text, so jsonrows.py cuts every one out of the
+finished rows); four digits at a time come from one table lookup.  Microseconds keep only
+the decimals their nanoseconds need ('1000001', '1000001.5', '1000001.003').
 
     d = np.zeros((len(ts), micros_width(ts)), np.uint8)
-    put_micros(d, ts)            # '  1000001.003' per row
+    put_micros(d, ts)            # '\0\01000001.003' per row
 """
 import numpy as np
 
@@ -14,7 +15,8 @@ from .varbytes import as_u64 as _as_u64
 
 _U64 = np.uint64
 _POW10 = np.array([10 ** k for k in range(20)], dtype=np.uint64)
-_SPACE = 32
+PAD = 0            # filler byte of a hole, cut out of the finished text
+_SPACE = PAD
 
 
 def _digit_table() -> np.ndarray:
@@ -30,8 +32,9 @@ def _digit_table() -> np.ndarray:
 
 
 _DIGITS4 = _digit_table()
-_FRACTION = np.array([int.from_bytes(f".{i:03d}".encode(), "little") for i in range(1000)],
-                     dtype=np.uint32)                 # '.042'
+_FRACTION = np.array([int.from_bytes(f".{i:03d}".rstrip("0").rstrip(".").encode().ljust(4, b"\0"),
+                                      "little") for i in range(1000)],
+                     dtype=np.uint32)                 # '.042', '.5' + PAD, PAD for .000
 _HEX2 = np.array([[ord(a), ord(b)] for a in "0123456789abcdef" for b in "0123456789abcdef"],
                  dtype=np.uint8)                      # byte -> two hex digits
 _POW16 = np.array([1 << (4 * k) for k in range(16)], dtype=np.uint64)
@@ -90,7 +93,8 @@ def micros_width(ns: np.ndarray) -> int:
 
 
 def put_micros(dst, ns):
-    """Nanoseconds as microseconds with three decimals ('1000001.003'), right-aligned."""
+    """Nanoseconds as microseconds with the decimals they need ('1000001.003', '1000001.5',
+    '1000001'), right-aligned; PAD after the last digit fills the rest of the hole."""
     ns = np.asarray(ns, dtype=np.int64)
     w = dst.shape[1]
     neg = ns < 0
