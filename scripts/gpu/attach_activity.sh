@@ -58,8 +58,9 @@ log "end of the loop"
 kill -TERM $loop; wait $loop; rc=$?
 echo "loop_rc $rc" >> "$out/marks.txt"; echo "decode loop rc=$rc (0: it ended normally)"
 echo "threads before $(cat "$out/threads-before.txt"), after each detach: $(cat "$out"/threads-after*.txt | tr '\n' ' ')"
-timeout 300 python3 scripts/gpu/attach_summary.py --log "$out/decode.log" --marks "$out/marks.txt" \
-    --run "$out/attach1.ca" --run "$out/attach2.ca" --out "$out/summary.json" > "$out/summary.md" 2>&1
+{ echo "Made by \`sudo scripts/gpu/attach_activity.sh $1\` on $(date -u +%F) ($(head -3 "$out/host.txt" | tr '\n' ' '))"; echo
+  timeout 300 python3 scripts/gpu/attach_summary.py --log "$out/decode.log" --marks "$out/marks.txt" \
+    --run "$out/attach1.ca" --run "$out/attach2.ca" --out "$out/summary.json"; } > "$out/summary.md" 2>&1
 cat "$out/summary.md"
 for n in 1 2; do timeout 60 clockalign info "$out/attach$n.ca" > "$out/attach$n-info.txt" 2>&1; done
 rm -f "$out"/attach*.ca     # large; the summaries hold what they showed

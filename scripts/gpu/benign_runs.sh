@@ -42,7 +42,8 @@ timeout 150 clockalign demo -o "$out/demo-dir" > "$out/demo-output.txt" 2>&1
 echo "demo rc=$? ($(wc -l < "$out/demo-output.txt") lines)"; cat "$out/demo-output.txt"
 cp "$out/demo-dir/demo.ca" "$out/demo.ca" 2>/dev/null
 cp "$out/demo-dir/workload.json" "$out/demo-workload.json" 2>/dev/null
-cp "$out/demo-dir/report/report.md" "$out/demo-report.md" 2>/dev/null
+{ echo "Made by \`clockalign demo\` inside \`sudo scripts/gpu/benign_runs.sh $1\` on $(date -u +%F) (host.txt)"; echo
+  cat "$out/demo-dir/report/report.md"; } > "$out/demo-report.md" 2>/dev/null
 rm -rf "$out/demo-dir"
 log summary
 python3 scripts/gpu/benign_summary.py "$out" > /dev/null 2>"$out/summary-errors.txt"
