@@ -12,13 +12,11 @@ made on purpose:
 """
 import json
 import os
-import sys
-import tempfile
 
 import pytest
 
 from tests.unit import chrome_content
-from tests.unit.test_perfetto_content import _runs
+from tests.unit import stored_content as sc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STORED = os.path.join(HERE, "..", "data", "chrome-content.json")
@@ -26,37 +24,17 @@ STORED = os.path.join(HERE, "..", "data", "chrome-content.json")
 
 def export_digests(name, workdir) -> dict:
     from clockalign.export.chrome_json import write_chrome_json
-    from clockalign.timeline import Timeline
-    make, kw = _runs()[name]
-    run = os.path.join(workdir, f"{name}.ca")
-    if not os.path.exists(run):
-        make(run)
-    out = os.path.join(workdir, f"{name}.json")
-    with open(out, "wb") as f:
-        write_chrome_json(Timeline.open(run), f, **kw)
-    with open(out, "rb") as f:
-        return chrome_content.digests(chrome_content.content(f.read()))
+    return sc.export_digests(name, workdir, ".json", write_chrome_json,
+                             lambda b: chrome_content.digests(chrome_content.content(b)))
 
 
-@pytest.mark.parametrize("name", sorted(_runs()))
+@pytest.mark.parametrize("name", sorted(sc.runs()))
 def test_same_content_as_before(name, tmp_path):
-    with open(STORED) as f:
-        want = json.load(f)[name]
-    got = export_digests(name, str(tmp_path))
-    assert {k: v["n"] for k, v in got.items()} == {k: v["n"] for k, v in want.items()}
-    assert got == want, f"{name}: content changed in " + ", ".join(
-        k for k in got if got[k] != want[k])
+    sc.assert_same(name, export_digests(name, str(tmp_path)), STORED)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--update"]:
-        sys.exit(__doc__)
-    with tempfile.TemporaryDirectory() as tmp:
-        doc = {name: export_digests(name, tmp) for name in sorted(_runs())}
-    with open(STORED, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.write("\n")
-    print(f"wrote {STORED}")
+    sc.update(STORED, export_digests, __doc__)
 
 
 def test_every_record_is_as_small_as_its_json(tmp_path):
@@ -68,7 +46,7 @@ def test_every_record_is_as_small_as_its_json(tmp_path):
     from clockalign.timeline import Timeline
     for name in ("synthetic-faults", "gpu-activity"):
         run = str(tmp_path / f"{name}.ca")
-        _runs()[name][0](run)
+        sc.runs()[name][0](run)
         out = tmp_path / f"{name}.json"
         with open(out, "wb") as f:
             write_chrome_json(Timeline.open(run), f)

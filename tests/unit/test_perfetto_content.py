@@ -10,69 +10,31 @@ content made on purpose:
 
     PYTHONPATH=agent python -m tests.unit.test_perfetto_content --update
 """
-import json
 import os
-import sys
-import tempfile
 
 import pytest
 
 from tests.unit import pftrace
+from tests.unit import stored_content as sc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data")
 STORED = os.path.join(DATA, "perfetto-content.json")
 
 
-def _runs():
-    from tests.synthetic import make_run
-    from tests.unit.gpu_runs import make_bulk_gpu_run, make_gpu_run
-    copy = lambda src: lambda p: __import__("shutil").copyfile(src, p)   # noqa: E731
-    return {
-        "synthetic-report": (copy(os.path.join(DATA, "synthetic-report", "run.ca")), {}),
-        "synthetic-report-small-batches": (
-            copy(os.path.join(DATA, "synthetic-report", "run.ca")), {"batch_rows": 700}),
-        "gpu-h200-reference": (copy(os.path.join(DATA, "gpu-h200", "reference.ca")), {}),
-        "synthetic-faults": (lambda p: make_run(p, n_events=20_000, duration_s=10,
-                                                chunk_rows=2048), {}),
-        "gpu-activity": (lambda p: make_gpu_run(p), {}),
-        "gpu-bulk": (lambda p: make_bulk_gpu_run(p, 20_000, chunk=8192), {}),
-    }
-
-
 def export_digests(name, workdir) -> dict:
     from clockalign.export.perfetto import write_perfetto
-    from clockalign.timeline import Timeline
-    make, kw = _runs()[name]
-    run = os.path.join(workdir, f"{name}.ca")
-    if not os.path.exists(run):
-        make(run)
-    out = os.path.join(workdir, f"{name}.pftrace")
-    with open(out, "wb") as f:
-        write_perfetto(Timeline.open(run), f, **kw)
-    with open(out, "rb") as f:
-        return pftrace.digests(pftrace.content(pftrace.decode(f.read())))
+    return sc.export_digests(name, workdir, ".pftrace", write_perfetto,
+                             lambda b: pftrace.digests(pftrace.content(pftrace.decode(b))))
 
 
-@pytest.mark.parametrize("name", sorted(_runs()))
+@pytest.mark.parametrize("name", sorted(sc.runs()))
 def test_same_content_as_before(name, tmp_path):
-    with open(STORED) as f:
-        want = json.load(f)[name]
-    got = export_digests(name, str(tmp_path))
-    assert {k: v["n"] for k, v in got.items()} == {k: v["n"] for k, v in want.items()}
-    assert got == want, f"{name}: content changed in " + ", ".join(
-        k for k in got if got[k] != want[k])
+    sc.assert_same(name, export_digests(name, str(tmp_path)), STORED)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--update"]:
-        sys.exit(__doc__)
-    with tempfile.TemporaryDirectory() as tmp:
-        doc = {name: export_digests(name, tmp) for name in sorted(_runs())}
-    with open(STORED, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.write("\n")
-    print(f"wrote {STORED}")
+    sc.update(STORED, export_digests, __doc__)
 
 
 def test_plain_and_bundled_give_the_same_content(tmp_path):
