@@ -25,6 +25,7 @@ import numpy as np
 from clockalign.store import writer as W
 from clockalign.store.reader import RunReader
 from clockalign.store.schema import EVENT_DTYPE, Chunk, Kind
+from export import cpu_model   # scripts/bench/
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
@@ -210,7 +211,7 @@ def main():
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         doc = {"machine": {"host": platform.node(), "cpus": os.cpu_count(),
-                           "cpu": _cpu_model(), "python": platform.python_version(),
+                           "cpu": cpu_model(), "python": platform.python_version(),
                            "numpy": np.__version__, "zstandard": _zstd_version(),
                            "load_avg_before": [round(x, 2) for x in load_before],
                            "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
@@ -235,17 +236,6 @@ def _without_note(argv):
         elif not x.startswith("--note="):
             out.append(x)
     return out
-
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _zstd_version():
