@@ -18,11 +18,14 @@ Part "attach" (one warm process, every configuration in every round, order rotat
   empty_entry_at / empty_pair_at   the same at clockalign's probe points (past a leading
                          endbr64 where the kernel emulates the next instruction, prologue.py)
   profiler               torch.profiler (CPU + CUDA activities) in the loop (SIGUSR1/2)
-Part "duty": each of record_cuda, record, record_blocking, watch, watch_blocking attached
-once with --cuda-duty 0.5 (CUDA probes armed half of every --duty-period): armed halves
-against the detached halves beside them, in one process and one recording; duty_activity:
-`record --pid --gpu-activity --gpu-activity-duty 0.5` (the CUDA probes always on, CUPTI
-attached half of every period, at least 2 s): its windows against the halves without CUPTI.
+Part "duty": each of --duty-configs ('name[@share[/period]]', default share 0.5 and
+--duty-period) attached once, duty-cycled: record_cuda, record, record_blocking, watch,
+watch_blocking with --cuda-duty (CUDA probes armed for the share of every period);
+duty_activity: `record --pid --gpu-activity --gpu-activity-duty SHARE` (the CUDA probes always
+on, CUPTI attached for the share of every period, at least 1 s on and off); duty_profiler:
+torch.profiler switched on and off in the loop (last).  Armed windows against the detached
+windows beside them, in one process; whole cycles against their detached windows (the cost of
+running at that share, switching included), e.g. duty_watch@0.2/5 measures watch at share 0.2.
 Part "activity" (--gpu-activity needs spawn mode): one loop started under
 `clockalign record --gpu-activity`, whose CUPTI library switches what it collects between
 windows through its control file (CLOCKALIGN_CUPTI_CTL): off, everything (the default),
@@ -162,8 +165,9 @@ class Attached:
     def __init__(self, name, pid, tmp, lib, empty):
         self.kind, extra = ATTACH[name]
         self.name, self.pid, self.proc, self.fds, self.out = name, pid, None, [], None
+        fname = name.replace("@", "-at").replace("/", "-per")      # duty_watch@0.2/5
         if self.kind == "record":
-            self.out = Path(tmp) / f"{name}-{now_ns()}.ca"
+            self.out = Path(tmp) / f"{fname}-{now_ns()}.ca"
             self.proc = subprocess.Popen(clockalign("record", "--pid", str(pid), "-o",
                                                     str(self.out), "--quiet", *extra),
                                          env=child_env(), stderr=subprocess.PIPE, text=True)
@@ -175,7 +179,7 @@ class Attached:
                 s.bind(("127.0.0.1", 0))
                 self.port = s.getsockname()[1]
             if name.startswith("duty"):         # its run file holds the armed windows
-                self.out = Path(tmp) / f"{name}-{now_ns()}.ca"
+                self.out = Path(tmp) / f"{fname}-{now_ns()}.ca"
                 extra = [*extra, "-o", str(self.out)]
             self.proc = subprocess.Popen(clockalign("watch", "--pid", str(pid), "--listen",
                                                     f"127.0.0.1:{self.port}", "--quiet",
@@ -381,8 +385,17 @@ def wait_profiler_off(log, timeout=120):
 DUTY = {"duty_record_cuda": ("record", ATTACH["record_cuda"][1]),
         "duty_record": ("record", []), "duty_record_blocking": ("record", ATTACH["record_blocking"][1]),
         "duty_watch": ("watch", []), "duty_watch_blocking": ("watch", ATTACH["watch_blocking"][1]),
-        # CUDA probes always on, CUPTI attached half of each period (--gpu-activity-duty)
-        "duty_activity": ("record", ["--gpu-activity", "--gpu-activity-duty", "0.5"])}
+        # CUDA probes always on, CUPTI attached for the share of each period (--gpu-activity-duty)
+        "duty_activity": ("record", ["--gpu-activity"]),
+        # torch.profiler switched on and off inside the loop (SIGUSR1/2): the tool it replaces
+        "duty_profiler": ("profiler", [])}
+
+
+def duty_config(spec, default_period):
+    """'name[@share[/period]]' -> (name, share, period): e.g. duty_watch@0.2/5."""
+    name, _, rest = spec.partition("@")
+    share, _, period = rest.partition("/")
+    return name, float(share or 0.5), float(period or default_period)
 
 
 def duty_windows(path):
@@ -394,55 +407,111 @@ def duty_windows(path):
     return [tuple(w) for w in (duty or {}).get("windows", [])]
 
 
+def profiler_windows(samples, t0, t1):
+    """[(start_ns, end_ns)] of the loop's requests made with torch.profiler on inside [t0, t1]:
+    from the end of the first such request (its start pays prof.start()) to the end of the
+    last one (the next request pays prof.stop(), which processes the trace)."""
+    out, first, last = [], None, None
+    for t, _, _, on in (x for x in samples if t0 <= x[0] <= t1 and len(x) > 3):
+        if on:
+            first = t if first is None else first
+            last = t
+        elif first is not None:
+            if last > first:
+                out.append((first, last))
+            first = None
+    return out
+
+
+def run_profiler_duty(pid, share, period, seconds, deadline):
+    """torch.profiler on for share of every period (signals; it starts and stops between two
+    requests), for seconds."""
+    t_end = min(time.monotonic() + seconds, deadline)
+    while time.monotonic() < t_end:
+        os.kill(pid, signal.SIGUSR1)
+        time.sleep(share * period)
+        os.kill(pid, signal.SIGUSR2)
+        time.sleep((1 - share) * period)
+
+
+def duty_ratios(samples, windows, margin):
+    """(armed, cycle): each armed window's rate over the mean of the detached windows beside
+    it (trimmed by margin after each switch); each whole cycle's rate (armed window, switches,
+    detached window) over its detached window's rate, which is what running at that share
+    costs against running detached, switching included."""
+    on = [interp_rate(samples, a + margin, b) for a, b in windows]
+    off = [interp_rate(samples, b + margin, c)
+           for (_, b), (c, _) in zip(windows, windows[1:])]
+    armed = []
+    for i, x in enumerate(on):
+        near = [v for v in off[max(0, i - 1):i + 1] if v]
+        if x and near:
+            armed.append(x / (sum(near) / len(near)))
+    cycle = []
+    for (a, _), (c, _), o in zip(windows, windows[1:], off):
+        whole = interp_rate(samples, a, c)
+        if whole and o:
+            cycle.append(whole / o)
+    return armed, cycle
+
+
 def part_duty(args, tmp, deadline):
-    """One configuration at a time attached for --duty-seconds with --cuda-duty 0.5: its CUDA
-    probes armed for half of every --duty-period and detached for the other half, in one
-    process and one recording.  Each armed half's rate over the mean of the detached halves
-    beside it is one ratio: dozens of pairs a minute, each pair seconds apart, so the host's
-    slow swings cancel (the windows of attach part are tens of seconds apart)."""
-    configs = [c for c in args.duty_configs.split(",") if c]
+    """One configuration at a time attached for --duty-seconds, duty-cycled: its CUDA probes
+    (CUPTI for duty_activity, torch.profiler for duty_profiler) on for a share of every period
+    and off for the rest, in one process and one recording.  Each armed window's rate over the
+    mean of the detached windows beside it is one ratio: dozens of pairs a minute, each pair
+    seconds apart, so the host's slow swings cancel (the windows of attach part are tens of
+    seconds apart).  Configurations are 'name[@share[/period]]' (default 0.5 and
+    --duty-period); duty_profiler runs last, whatever the order given (torch.profiler may
+    leave CUPTI behind in the process)."""
+    specs = [c for c in args.duty_configs.split(",") if c]
+    specs.sort(key=lambda c: c.startswith("duty_profiler"))
     if args.standin:
         from clockalign.workloads.standin import build
         libdir, _ = build(str(tmp / "standin-duty"))
         lib = os.path.join(libdir, "libcuda.so.1")
+        specs = [c for c in specs if not c.startswith("duty_profiler")]
     log = tmp / "decode-duty.log"
     loop = Loop(args.loop_seconds, log, standin=lib if args.standin else None)
     print(f"duty loop ready: {loop.info}", flush=True)
-    extra = ["--cuda-duty", "0.5", "--cuda-duty-period", str(args.duty_period)]
     runs = []
-    for cfg in configs:
+    for spec in specs:
         if time.monotonic() > deadline:
-            print(f"duty: time is up before {cfg}", flush=True)
+            print(f"duty: time is up before {spec}", flush=True)
             break
+        cfg, share, period = duty_config(spec, args.duty_period)
         kind, more = DUTY[cfg]
-        ATTACH[cfg] = (kind, [*more, *(extra if cfg != "duty_activity" else
-                                       ["--gpu-activity-duty-period",
-                                        str(max(2.0, args.duty_period))])])
-        att = Attached(cfg, loop.p.pid, tmp, None, None)
-        time.sleep(min(args.duty_seconds, max(1.0, deadline - time.monotonic())))
-        res = att.stop()
-        res.update(config=cfg, windows=duty_windows(att.out) if att.out else [])
+        seconds = min(args.duty_seconds, max(1.0, deadline - time.monotonic()))
+        res = {"config": spec, "share": share, "period_s": period}
+        if kind == "profiler":
+            t0 = now_ns()
+            run_profiler_duty(loop.p.pid, share, period, seconds, deadline)
+            wait_profiler_off(log)
+            res["windows"] = profiler_windows(read_log(log), t0, now_ns())
+        else:
+            duty = (["--gpu-activity-duty", str(share), "--gpu-activity-duty-period", str(period)]
+                    if cfg == "duty_activity" else
+                    ["--cuda-duty", str(share), "--cuda-duty-period", str(period)])
+            ATTACH[spec] = (kind, [*more, *duty])
+            att = Attached(spec, loop.p.pid, tmp, None, None)
+            time.sleep(seconds)
+            res.update(att.stop())
+            res["windows"] = duty_windows(att.out) if att.out else []
         runs.append(res)
-        print(f"  {cfg:22s} {len(res['windows'])} armed windows; {res.get('summary', '')[:90]}",
+        print(f"  {spec:26s} {len(res['windows'])} armed windows; {res.get('summary', '')[:90]}",
               flush=True)
         time.sleep(1.0)
     loop.stop()
     import shutil
     shutil.copy(log, Path(args.out) / "decode-duty.log")
     samples = read_log(log)
-    margin = int(0.1 * args.duty_period * 1e9)      # a request that spans the switch
     for r in runs:
-        on = [interp_rate(samples, a + margin, b) for a, b in r["windows"]]
-        off = [interp_rate(samples, b + margin, c)
-               for (_, b), (c, _) in zip(r["windows"], r["windows"][1:])]
-        ratios = []
-        for i, x in enumerate(on):
-            near = [v for v in off[max(0, i - 1):i + 1] if v]
-            if x and near:
-                ratios.append(x / (sum(near) / len(near)))
-        r["ratios"] = ratios
-        r["summary_ratio"] = summarize(ratios)
-        r["ci95"] = bootstrap_median_ci(ratios)
+        margin = int(0.1 * r["period_s"] * 1e9)      # a request that spans the switch
+        r["ratios"], r["cycle_ratios"] = duty_ratios(samples, r["windows"], margin)
+        r["summary_ratio"] = summarize(r["ratios"])
+        r["ci95"] = bootstrap_median_ci(r["ratios"])
+        r["summary_cycle"] = summarize(r["cycle_ratios"])
+        r["cycle_ci95"] = bootstrap_median_ci(r["cycle_ratios"])
     return {"period_s": args.duty_period, "seconds": args.duty_seconds, "runs": runs}
 
 
@@ -530,6 +599,30 @@ def machine():
     return m
 
 
+def composed(runs):
+    """Sampled GPU activity against plain and against torch.profiler, from ratios measured in
+    the same loop: record's CUDA probes (duty_record, armed) times the sampled activity's cycle
+    (duty_activity: its detached windows still have record's probes on); torch.profiler
+    always on = its armed ratio (duty_profiler)."""
+    med = {}
+    for r in runs:
+        for key in ("summary_ratio", "summary_cycle"):
+            if r.get(key):
+                med[(r["config"].split("@")[0], key, r.get("share", 0.5))] = r[key]["median"]
+    rec = next((v for (c, k, _), v in med.items() if c == "duty_record" and k == "summary_ratio"), None)
+    prof = next((v for (c, k, _), v in med.items() if c == "duty_profiler" and k == "summary_ratio"), None)
+    L = []
+    for (c, k, share), cyc in sorted(med.items()):
+        if c != "duty_activity" or k != "summary_cycle" or rec is None:
+            continue
+        vs_plain = rec * cyc
+        L.append(f"- record --gpu-activity --gpu-activity-duty {share:g}: {vs_plain:.3f}x plain "
+                 f"(record's probes {rec:.3f} x cycle {cyc:.3f})"
+                 + (f"; {vs_plain / prof:.2f}x torch.profiler's rate (profiler on: {prof:.3f}x)"
+                    if prof else ""))
+    return ["", "Composed from the medians above (same loop, same run):", "", *L] if L else []
+
+
 def render(res) -> str:
     L = [f"# Serving-loop cost ({res['date']})", "",
          f"Machine: {json.dumps(res['machine'])}", f"Command: `{res['command']}`", ""]
@@ -570,15 +663,23 @@ def render(res) -> str:
         L += ["", f"Drops reported by recordings: {drops or 'none'}"]
     du = res.get("duty")
     if du and du.get("runs"):
-        L += ["", f"## Duty-cycled ({du['period_s']} s period, half armed, "
-              f"{du['seconds']} s each)", "",
-              "| configuration | armed halves | armed ÷ detached halves beside, median "
-              "(min-max) | 95 % interval of the median |", "|---|---|---|---|"]
+        L += ["", f"## Duty-cycled ({du['seconds']} s each)", "",
+              "Armed: each armed window's rate over the detached windows beside it (the cost "
+              "while on). Cycle: each whole cycle (armed window, switches, detached window) over "
+              "its detached window: what running at that share costs, switching included.", "",
+              "| configuration | share | period s | armed windows | armed ÷ detached, median "
+              "(min-max) | 95 % interval | cycle ÷ detached, median | 95 % interval |",
+              "|---|---|---|---|---|---|---|---|"]
         for r in du["runs"]:
             sr, ci = r.get("summary_ratio"), r.get("ci95")
-            L.append(f"| {r['config']} | {len(r['windows'])} | "
+            sc, cc = r.get("summary_cycle"), r.get("cycle_ci95")
+            L.append(f"| {r['config']} | {r.get('share', 0.5):g} | {r.get('period_s', du['period_s']):g} "
+                     f"| {len(r['windows'])} | "
                      + (f"{sr['median']:.3f} ({sr['min']:.3f}-{sr['max']:.3f})" if sr else "-")
-                     + " | " + (f"{ci[0]:.3f}-{ci[1]:.3f}" if ci else "-") + " |")
+                     + " | " + (f"{ci[0]:.3f}-{ci[1]:.3f}" if ci else "-")
+                     + " | " + (f"{sc['median']:.3f}" if sc else "-")
+                     + " | " + (f"{cc[0]:.3f}-{cc[1]:.3f}" if cc else "-") + " |")
+        L += composed(du["runs"])
     ac = res.get("activity")
     if ac and ac.get("windows"):
         w = ac["windows"]
